@@ -1,0 +1,92 @@
+//! The command line (clap derive). Only this file and `cmd/` know about clap; each
+//! subcommand's Args struct lives beside its handler in `cmd/`.
+
+use crate::cmd;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+const AFTER_HELP: &str = "\
+Exit codes:
+  judging commands (critic --once, probe, hygiene checks, bench, quarantine prove):
+    0 ok   1 warn   2 fail   3 unknown (could not judge)
+  acting commands (publish, watch, quarantine add/release, ledger):
+    0 done   1 not done (cause on stderr)   2 usage error
+  watch: 75 = breaker open or relaunch budget spent: do not restart
+
+Config: ./roger.toml, or --config FILE / ROGER_CONFIG. See roger.example.toml.";
+
+/// roger: a guard for long GPU training runs.
+///
+/// It knows what the run should look like (roger.toml), notices when it doesn't, keeps
+/// checkpoints intact and fixes what can be fixed — always writing the reason to an
+/// append-only, hash-chained ledger first.
+#[derive(Debug, Parser)]
+#[command(name = "roger", version, after_help = AFTER_HELP, propagate_version = true)]
+pub struct Cli {
+    /// Config file (default: ./roger.toml if present).
+    #[arg(short, long, global = true, env = "ROGER_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// More log output on stderr (-v debug, -vv trace). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Only errors on stderr.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate roger.toml and print the resolved phases.
+    Check(cmd::check::CheckArgs),
+    /// Read and verify the append-only ledger.
+    Ledger(cmd::ledger::LedgerArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::completions::CompletionsArgs),
+}
+
+/// Options every subcommand sees, turned into plain values.
+#[derive(Debug, Clone)]
+pub struct Global {
+    pub config: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn command_lines() {
+        let ok = [
+            &["roger", "check"][..],
+            &["roger", "--config", "x.toml", "check"],
+            &["roger", "ledger", "verify"],
+            &[
+                "roger", "ledger", "tail", "-n", "5", "--kind", "publish", "--json",
+            ],
+            &["roger", "completions", "bash"],
+        ];
+        for argv in ok {
+            assert!(Cli::try_parse_from(argv).is_ok(), "{argv:?}");
+        }
+        let bad = [
+            &["roger"][..],
+            &["roger", "ledger", "tail", "-n", "x"],
+            &["roger", "completions", "tcsh"],
+            &["roger", "-v", "-q", "check"],
+        ];
+        for argv in bad {
+            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
+        }
+    }
+}

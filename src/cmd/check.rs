@@ -1,0 +1,92 @@
+//! `roger check`: validate roger.toml and print the resolved phases.
+
+use crate::cli::Global;
+use crate::config::{self, Config};
+use crate::outln;
+use anyhow::Result;
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Print the resolved config as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(global: &Global, args: CheckArgs) -> Result<u8> {
+    let cfg = config::require(global.config.as_deref())?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&cfg)?);
+        return Ok(crate::exit::OK);
+    }
+    print_human(&cfg);
+    Ok(crate::exit::OK)
+}
+
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or("-".into(), |v| v.to_string())
+}
+
+fn print_human(cfg: &Config) {
+    outln!("{}: ok (sha256 {})", cfg.path.display(), &cfg.hash[..16]);
+    outln!("run      {}", cfg.run.name);
+    outln!(
+        "log      {} ({:?})",
+        opt(&cfg.run.log.as_ref().map(|p| p.display())),
+        cfg.run.format
+    );
+    outln!(
+        "ckpts    {}",
+        opt(&cfg.run.checkpoint_dir.as_ref().map(|p| p.display()))
+    );
+    outln!("ledger   {}", cfg.ledger_path().display());
+    if let Some(s) = &cfg.schedule {
+        outln!(
+            "schedule {} peak {} min {} warmup {} total {} (tolerance {}·peak, ±{} steps)",
+            config::kind_name(s.kind),
+            s.peak_lr,
+            s.min_lr,
+            s.warmup_steps,
+            opt(&s.total_steps),
+            s.tolerance,
+            s.step_slack
+        );
+    } else {
+        outln!("schedule none (lr check is unknown)");
+    }
+    if cfg.phases.is_empty() {
+        outln!("phases   none: every threshold check is unknown until a [[phase]] is declared");
+    }
+    for p in &cfg.phases {
+        let range = match p.to {
+            Some(to) => format!("[{}, {to})", p.from),
+            None => format!("[{}, ∞)", p.from),
+        };
+        let band =
+            |b: &Option<config::Band>| b.map_or("-".into(), |b| format!("[{}, {}]", b.lo, b.hi));
+        outln!("phase    {:<12} steps {range}", p.name);
+        outln!(
+            "           loss {}  slope/1k {}  spike ×{}  grad ≤ {}  spike ×{}",
+            band(&p.loss),
+            band(&p.loss_slope),
+            opt(&p.loss_spike),
+            opt(&p.grad_norm_max),
+            opt(&p.grad_norm_spike)
+        );
+        outln!(
+            "           tokens/s ≥ {}  vram ≤ {} GiB  stale {}  window {}",
+            opt(&p.tokens_per_s_min),
+            opt(&p.vram_max_gib),
+            opt(&p.stale),
+            p.window
+        );
+    }
+    for q in &cfg.quiet {
+        outln!(
+            "quiet    {} every {} steps, up to {}",
+            q.name,
+            q.every,
+            q.duration
+        );
+    }
+}

@@ -1,0 +1,17 @@
+//! `roger completions SHELL`: print a completion script generated from the CLI definition.
+
+use clap::{Args, CommandFactory};
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// Shell to generate for. Install e.g. `roger completions bash > /etc/bash_completion.d/roger`.
+    pub shell: clap_complete::Shell,
+}
+
+pub fn run(args: CompletionsArgs) -> anyhow::Result<u8> {
+    let mut cmd = crate::cli::Cli::command();
+    let mut buf = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, "roger", &mut buf);
+    crate::outln!("{}", String::from_utf8_lossy(&buf).trim_end());
+    Ok(crate::exit::DONE)
+}

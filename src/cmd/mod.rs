@@ -1,0 +1,34 @@
+//! One file per subcommand: turn Args into domain inputs, call the domain, print.
+
+pub mod check;
+pub mod completions;
+pub mod ledger;
+
+use crate::cli::{Command, Global};
+use crate::exit::Role;
+use anyhow::Result;
+
+/// Run a subcommand; the role says how an error maps to an exit code.
+pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
+    match command {
+        Command::Check(a) => (Role::Judge, check::run(global, a)),
+        Command::Ledger(a) => (Role::Actor, ledger::run(global, a)),
+        Command::Completions(a) => (Role::Actor, completions::run(a)),
+    }
+}
+
+/// The ledger path: `--ledger`, else the config's, else an error saying how to give one.
+pub fn ledger_path(
+    global: &Global,
+    explicit: Option<&std::path::Path>,
+) -> Result<std::path::PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    match crate::config::discover(global.config.as_deref())? {
+        Some(c) => Ok(c.ledger_path()),
+        None => anyhow::bail!(
+            "no ledger given: pass --ledger FILE, or --config FILE / ./roger.toml whose [run] names it"
+        ),
+    }
+}

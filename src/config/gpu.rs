@@ -1,0 +1,50 @@
+//! `[gpu]` and `[bench]`: which GPU source to read and what the model is (for MFU).
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GpuConfig {
+    /// "auto" (NVML, then nvidia-smi), "nvml", "smi", "none", or "replay".
+    pub source: String,
+    /// For `source = "replay"`: a recording made by `roger probe --record`.
+    pub replay: Option<PathBuf>,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig {
+            source: "auto".into(),
+            replay: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BenchConfig {
+    /// Model parameter count, for MFU (6·N·tokens/s).
+    pub params: Option<f64>,
+    pub layers: Option<u64>,
+    pub hidden: Option<u64>,
+    pub seq_len: Option<u64>,
+    pub gpus: u32,
+    /// Measured GEMM below these shares of spec warn / fail.
+    pub warn_ratio: f64,
+    pub fail_ratio: f64,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig {
+            params: None,
+            layers: None,
+            hidden: None,
+            seq_len: None,
+            gpus: 1,
+            warn_ratio: 0.6,
+            fail_ratio: 0.35,
+        }
+    }
+}

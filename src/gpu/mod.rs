@@ -1,0 +1,114 @@
+//! GPU data as plain types and the `GpuReader` trait every consumer (probe, critic VRAM
+//! check, watch) reads through. Real sources load the driver at run time; with no driver the
+//! answer is a clear "no GPU", never a panic.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    pub memory_used: Option<u64>,
+    pub memory_total: Option<u64>,
+    /// Percent, 0-100.
+    pub util: Option<u32>,
+    pub memory_util: Option<u32>,
+    pub temperature_c: Option<u32>,
+    pub power_w: Option<f64>,
+    pub power_limit_w: Option<f64>,
+    pub sm_clock_mhz: Option<u32>,
+    pub sm_clock_max_mhz: Option<u32>,
+    /// Throttle reason names as reported (e.g. "sw_power_cap", "hw_slowdown").
+    #[serde(default)]
+    pub throttle: Vec<String>,
+    pub ecc_uncorrected: Option<u64>,
+    pub ecc_corrected: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub gpu: u32,
+    /// None where the driver cannot say (WDDM: WSL2 and Windows).
+    pub used_memory: Option<u64>,
+}
+
+/// One reading of every GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSnapshot {
+    pub gpus: Vec<GpuInfo>,
+    pub processes: Vec<GpuProcess>,
+    /// Where it came from: "nvml", "nvidia-smi", "replay", "fake".
+    pub source: String,
+}
+
+impl GpuSnapshot {
+    /// VRAM held by the given PIDs, summed over GPUs (None if the driver cannot say).
+    pub fn memory_of(&self, pids: &[u32]) -> Option<u64> {
+        let mine: Vec<&GpuProcess> = self
+            .processes
+            .iter()
+            .filter(|p| pids.contains(&p.pid))
+            .collect();
+        if mine.iter().any(|p| p.used_memory.is_none()) {
+            return None;
+        }
+        Some(mine.iter().filter_map(|p| p.used_memory).sum())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuError {
+    /// No NVIDIA driver / no GPU: a normal answer on CPU machines.
+    NoGpu(String),
+    /// A driver is there but the read failed.
+    Failed(String),
+}
+
+impl std::fmt::Display for GpuError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuError::NoGpu(why) => write!(f, "no GPU: {why}"),
+            GpuError::Failed(why) => write!(f, "GPU read failed: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for GpuError {}
+
+pub trait GpuReader {
+    fn read(&mut self) -> Result<GpuSnapshot, GpuError>;
+}
+
+/// A reader that always answers "no GPU" with the given reason.
+pub struct NoGpu(pub String);
+
+impl GpuReader for NoGpu {
+    fn read(&mut self) -> Result<GpuSnapshot, GpuError> {
+        Err(GpuError::NoGpu(self.0.clone()))
+    }
+}
+
+/// Plays back a fixed sequence of snapshots (the last one repeats): for tests.
+pub struct FakeGpu {
+    pub snapshots: Vec<Result<GpuSnapshot, GpuError>>,
+    next: usize,
+}
+
+impl FakeGpu {
+    pub fn new(snapshots: Vec<Result<GpuSnapshot, GpuError>>) -> FakeGpu {
+        FakeGpu { snapshots, next: 0 }
+    }
+}
+
+impl GpuReader for FakeGpu {
+    fn read(&mut self) -> Result<GpuSnapshot, GpuError> {
+        let i = self.next.min(self.snapshots.len().saturating_sub(1));
+        self.next += 1;
+        self.snapshots
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| Err(GpuError::NoGpu("fake with no snapshots".into())))
+    }
+}

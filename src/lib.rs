@@ -1,0 +1,56 @@
+//! roger: a guard for long GPU training runs. `run` parses the command line, builds the real
+//! context, dispatches to `cmd/`, and maps the outcome onto the exit-code table.
+
+pub mod checkpoints;
+pub mod cli;
+pub mod cmd;
+pub mod config;
+pub mod digest;
+pub mod exit;
+pub mod gpu;
+pub mod ledger;
+pub mod out;
+pub mod sys;
+
+use clap::Parser;
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let cli = match cli::Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return exit::code(if e.use_stderr() { exit::USAGE } else { 0 });
+        }
+    };
+    init_tracing(cli.verbose, cli.quiet);
+    let global = cli::Global {
+        config: cli.config.clone(),
+    };
+    let (role, result) = cmd::dispatch(&global, cli.command);
+    match result {
+        Ok(code) => exit::code(code),
+        Err(e) => {
+            eprintln!("roger: error: {e:#}");
+            exit::code(role.error_code())
+        }
+    }
+}
+
+fn init_tracing(verbose: u8, quiet: bool) {
+    use tracing_subscriber::EnvFilter;
+    let level = match (quiet, verbose) {
+        (true, _) => "error",
+        (_, 0) => "info",
+        (_, 1) => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("roger={level},warn")));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}

@@ -1,0 +1,69 @@
+//! The command line as users meet it: help, completions, config errors.
+
+use crate::util::{repo_root, Env};
+
+#[test]
+fn help_is_real() {
+    let env = Env::new();
+    env.run(&["--help"])
+        .expect(0)
+        .stdout_has("Exit codes")
+        .stdout_has("ledger");
+    env.run(&["ledger", "--help"])
+        .expect(0)
+        .stdout_has("verify");
+    env.run(&["frobnicate"]).expect(2);
+}
+
+#[test]
+fn completions_for_each_shell() {
+    let env = Env::new();
+    env.run(&["completions", "bash"])
+        .expect(0)
+        .stdout_has("_roger()");
+    env.run(&["completions", "zsh"])
+        .expect(0)
+        .stdout_has("#compdef roger");
+    env.run(&["completions", "fish"])
+        .expect(0)
+        .stdout_has("complete -c roger");
+}
+
+#[test]
+fn check_prints_resolved_phases_of_the_example() {
+    let env = Env::new();
+    let cfg = repo_root().join("roger.example.toml");
+    env.run(&["--config", cfg.to_str().unwrap(), "check"])
+        .expect(0)
+        .stdout_has("phase    warmup")
+        .stdout_has("steps [200, ∞)");
+}
+
+#[test]
+fn check_names_file_line_and_expectation() {
+    let env = Env::new();
+    env.write(
+        "roger.toml",
+        "[run]\nname = \"x\"\n\n[[phase]]\nname = \"a\"\nfrom = 0\nloss = [2.0, 1.0]\n",
+    );
+    env.run(&["check"])
+        .expect(3)
+        .stderr_has("roger.toml:7:8:")
+        .stderr_has("lo < hi");
+    env.write(
+        "roger.toml",
+        "[run]\nname = \"x\"\n[watch]\ngarce = \"1s\"\n",
+    );
+    env.run(&["check"])
+        .expect(3)
+        .stderr_has("roger.toml:4:1: unknown field `garce`");
+}
+
+#[test]
+fn missing_config_says_what_to_do() {
+    let env = Env::new();
+    env.run(&["check"]).expect(3).stderr_has("pass --config");
+    env.run(&["--config", "nope.toml", "check"])
+        .expect(3)
+        .stderr_has("reading config nope.toml");
+}

@@ -1,0 +1,6 @@
+//! One test binary: end-to-end tests that run the real `roger` against temp dirs.
+
+mod util;
+
+mod cli;
+mod ledger;

@@ -1,0 +1,145 @@
+//! Test harness: a temp dir per test, runs the real binary, and on failure prints the command,
+//! exit code, stdout, stderr and a listing of the dir.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub fn roger_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_roger"))
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+pub struct Run {
+    pub argv: Vec<String>,
+    pub out: Output,
+    pub listing: String,
+}
+
+impl Run {
+    pub fn code(&self) -> i32 {
+        self.out.status.code().unwrap_or(-1)
+    }
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.stdout).into_owned()
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    pub fn report(&self) -> String {
+        format!(
+            "command: {}\nexit: {:?}\n--- stdout\n{}\n--- stderr\n{}\n--- dir\n{}",
+            self.argv.join(" "),
+            self.out.status,
+            self.stdout(),
+            self.stderr(),
+            self.listing
+        )
+    }
+    /// Assert the exit code, printing everything on mismatch.
+    #[track_caller]
+    pub fn expect(self, code: i32) -> Run {
+        assert_eq!(self.code(), code, "\n{}", self.report());
+        self
+    }
+    #[track_caller]
+    pub fn stdout_has(self, needle: &str) -> Run {
+        assert!(
+            self.stdout().contains(needle),
+            "stdout lacks {needle:?}\n{}",
+            self.report()
+        );
+        self
+    }
+    #[track_caller]
+    pub fn stderr_has(self, needle: &str) -> Run {
+        assert!(
+            self.stderr().contains(needle),
+            "stderr lacks {needle:?}\n{}",
+            self.report()
+        );
+        self
+    }
+}
+
+impl Env {
+    pub fn new() -> Env {
+        Env {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn write(&self, rel: &str, content: impl AsRef<[u8]>) -> PathBuf {
+        let p = self.path(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap_or_default()
+    }
+
+    /// A `roger` command running in the temp dir, with a clean config environment.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(roger_bin());
+        c.args(args)
+            .current_dir(self.dir.path())
+            .env_remove("ROGER_CONFIG")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null());
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.run_cmd(self.cmd(args), args)
+    }
+
+    pub fn run_cmd(&self, mut c: Command, args: &[&str]) -> Run {
+        let out = c.output().expect("spawn roger");
+        Run {
+            argv: std::iter::once("roger".to_string())
+                .chain(args.iter().map(|s| s.to_string()))
+                .collect(),
+            out,
+            listing: listing(self.dir.path()),
+        }
+    }
+}
+
+pub fn listing(root: &Path) -> String {
+    let mut lines = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let meta = e.metadata().ok();
+            let rel = p.strip_prefix(root).unwrap_or(&p).display().to_string();
+            if meta.as_ref().is_some_and(|m| m.is_dir()) {
+                lines.push(format!("{rel}/"));
+                stack.push(p);
+            } else {
+                lines.push(format!("{rel} ({} B)", meta.map_or(0, |m| m.len())));
+            }
+        }
+    }
+    lines.sort();
+    lines.join("\n")
+}
