@@ -112,3 +112,32 @@ impl GpuReader for FakeGpu {
             .unwrap_or_else(|| Err(GpuError::NoGpu("fake with no snapshots".into())))
     }
 }
+
+pub mod replay;
+
+/// The reader the config asks for. `replay` needs `[gpu] replay = FILE`.
+/// Real sources (NVML, nvidia-smi) are added by the GPU module's `open_real`.
+pub fn open_reader(cfg: &crate::config::GpuConfig) -> Box<dyn GpuReader> {
+    match cfg.source.as_str() {
+        "replay" => match &cfg.replay {
+            Some(p) => match replay::ReplayGpu::open(p) {
+                Ok(r) => Box::new(r),
+                Err(e) => Box::new(FailedGpu(e)),
+            },
+            None => Box::new(FailedGpu(GpuError::Failed(
+                "[gpu] source = \"replay\" needs `replay = FILE`".into(),
+            ))),
+        },
+        "none" => Box::new(NoGpu("disabled in config ([gpu] source = \"none\")".into())),
+        _ => Box::new(NoGpu("no NVIDIA driver reader in this build yet".into())),
+    }
+}
+
+/// A reader whose setup failed: every read reports why.
+pub struct FailedGpu(pub GpuError);
+
+impl GpuReader for FailedGpu {
+    fn read(&mut self) -> Result<GpuSnapshot, GpuError> {
+        Err(self.0.clone())
+    }
+}
