@@ -5,11 +5,14 @@ pub mod checkpoints;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod critic;
 pub mod digest;
 pub mod exit;
 pub mod gpu;
 pub mod ledger;
+pub mod metrics;
 pub mod out;
+pub mod schedule;
 pub mod sys;
 
 use clap::Parser;
