@@ -47,6 +47,9 @@ pub enum Command {
     Ledger(cmd::ledger::LedgerArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
+    /// Grade the run against its declared curves (lr schedule, loss band and slope, spikes,
+    /// grad norm, evals, tokens/s, VRAM, staleness); every verdict goes to the ledger.
+    Critic(cmd::critic::CriticArgs),
 }
 
 /// Options every subcommand sees, turned into plain values.
@@ -75,6 +78,21 @@ mod tests {
                 "roger", "ledger", "tail", "-n", "5", "--kind", "publish", "--json",
             ],
             &["roger", "completions", "bash"],
+            &["roger", "critic"],
+            &["roger", "critic", "--once", "--json"],
+            &["roger", "critic", "--once", "--now", "2024-05-01T12:00:00Z"],
+            &[
+                "roger",
+                "critic",
+                "--daemon",
+                "--interval",
+                "200ms",
+                "--heartbeat",
+            ],
+            &["roger", "critic", "--replay", "--ledger", "l.jsonl"],
+            &[
+                "roger", "critic", "--pid", "7", "--pid", "8", "--log", "x.jsonl",
+            ],
         ];
         for argv in ok {
             assert!(Cli::try_parse_from(argv).is_ok(), "{argv:?}");
@@ -84,6 +102,18 @@ mod tests {
             &["roger", "ledger", "tail", "-n", "x"],
             &["roger", "completions", "tcsh"],
             &["roger", "-v", "-q", "check"],
+            &["roger", "critic", "--once", "--daemon"],
+            &["roger", "critic", "--replay", "--daemon"],
+            &["roger", "critic", "--interval", "5s"],
+            &["roger", "critic", "--daemon", "--interval", "0s"],
+            &["roger", "critic", "--now", "yesterday"],
+            &[
+                "roger",
+                "critic",
+                "--daemon",
+                "--now",
+                "2024-05-01T12:00:00Z",
+            ],
         ];
         for argv in bad {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");

@@ -2,6 +2,8 @@
 
 pub mod check;
 pub mod completions;
+pub mod critic;
+pub mod critic_run;
 pub mod ledger;
 
 use crate::cli::{Command, Global};
@@ -14,6 +16,7 @@ pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
         Command::Check(a) => (Role::Judge, check::run(global, a)),
         Command::Ledger(a) => (Role::Actor, ledger::run(global, a)),
         Command::Completions(a) => (Role::Actor, completions::run(a)),
+        Command::Critic(a) => (Role::Judge, critic::run(global, a)),
     }
 }
 

@@ -35,15 +35,22 @@ pub fn lr(obs: &Observation) -> Option<CheckResult> {
         json!({"step": step, "lr": num(lr), "deviation": num(dev), "samples": series.len()});
     let expected = json!({"lo": lo, "hi": hi, "tolerance": allowed, "step_slack": s.step_slack});
     if dev <= allowed {
+        let how = if dev == 0.0 {
+            format!("all within ±{} steps of it", s.step_slack)
+        } else {
+            format!(
+                "worst off by {} at step {step}, allowed {}",
+                fmt(dev),
+                fmt(allowed)
+            )
+        };
         return Some(
             CheckResult::new(
                 "lr",
                 Status::Pass,
                 format!(
-                    "lr follows the {kind} schedule over {} samples (worst off by {} at step {step}, allowed {})",
-                    series.len(),
-                    fmt(dev),
-                    fmt(allowed)
+                    "lr follows the {kind} schedule over {} samples ({how})",
+                    series.len()
                 ),
             )
             .observed(observed)

@@ -1,0 +1,275 @@
+//! `roger critic`: grade the run against its declared curves (`--once`, the default),
+//! keep grading (`--daemon`), or prove archived verdicts (`--replay`). Every verdict goes to
+//! the ledger with the observation that produced it.
+
+use super::critic_run::{daemon, DaemonOptions, Runner, Tick};
+use crate::cli::Global;
+use crate::config::{self, Config};
+use crate::critic::{replay, Status, Verdict};
+use crate::exit;
+use crate::ledger::Ledger;
+use crate::metrics::tail::Tail;
+use crate::outln;
+use crate::sys::{Clock, SystemClock};
+use anyhow::{bail, Context, Result};
+use chrono::{DateTime, Utc};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Garbage lines printed per read; the rest are counted.
+const GARBAGE_SHOWN: usize = 5;
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Checks: lr, loss, loss_slope, loss_spike, grad_norm, eval, tokens_per_s, vram, stale
+(plus log and phase when there is no data or no phase). Thresholds come from the [[phase]]
+the newest step is in; a check nothing declares is skipped.
+
+Exit codes (--once): 0 pass, 1 warn, 2 fail, 3 unknown.
+--replay: 0 every verdict recomputes the same, 2 some differ, 3 none to replay.
+--daemon: 0 after SIGTERM/SIGINT.")]
+pub struct CriticArgs {
+    /// Judge once, file one verdict, exit with its status (the default mode).
+    #[arg(long, conflicts_with_all = ["daemon", "replay"])]
+    pub once: bool,
+
+    /// Judge every --interval until SIGTERM/SIGINT; file a verdict when new samples arrived
+    /// or a check changed status.
+    #[arg(long, conflicts_with = "replay")]
+    pub daemon: bool,
+
+    /// Recompute every archived critic verdict from its observation; report any that differ.
+    #[arg(long)]
+    pub replay: bool,
+
+    /// Daemon tick (default: [critic] interval).
+    #[arg(long, value_name = "DURATION", value_parser = parse_interval, requires = "daemon")]
+    pub interval: Option<Duration>,
+
+    /// Daemon: file a verdict every tick, even when nothing changed.
+    #[arg(long, requires = "daemon")]
+    pub heartbeat: bool,
+
+    /// Ledger to write to (or to replay); default: the config's.
+    #[arg(long, value_name = "FILE")]
+    pub ledger: Option<PathBuf>,
+
+    /// The training's log (default: [run] log).
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+    pub log: Option<PathBuf>,
+
+    /// Judge as of this moment (RFC 3339, e.g. 2024-05-01T12:00:00Z) instead of the wall
+    /// clock: for replaying a finished or copied log, where "stale" means stale back then.
+    #[arg(long, value_name = "RFC3339", conflicts_with_all = ["daemon", "replay"])]
+    pub now: Option<DateTime<Utc>>,
+
+    /// PID(s) of the training, so VRAM read from the GPU counts only its memory (without
+    /// it: the GPU's total memory used, and the reason says so).
+    #[arg(long = "pid", value_name = "PID", conflicts_with = "replay")]
+    pub pids: Vec<u32>,
+
+    /// Machine-readable output (one JSON object per verdict).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = config::units::parse_duration(s)?;
+    if d.is_zero() {
+        return Err("expected an interval above 0".into());
+    }
+    Ok(d)
+}
+
+pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
+    if args.replay {
+        return run_replay(global, &args);
+    }
+    let cfg = config::require(global.config.as_deref())?;
+    validate(&cfg)?;
+    let log = match (&args.log, &cfg.run.log) {
+        (Some(l), _) | (None, Some(l)) => l.clone(),
+        (None, None) => bail!(
+            "{}: no log to read: set [run] log or pass --log FILE",
+            cfg.path.display()
+        ),
+    };
+    let tail = Tail::new(&log, cfg.run.format, &cfg.metrics)
+        .with_context(|| format!("{}", cfg.path.display()))?;
+    let ledger = Ledger::new(args.ledger.clone().unwrap_or_else(|| cfg.ledger_path()));
+    let mut gpu = crate::gpu::open_reader(&cfg.gpu);
+    let mut runner = Runner::new(&cfg, tail, &mut *gpu, args.pids.clone());
+    let clock = SystemClock;
+    if args.daemon {
+        let opts = DaemonOptions {
+            interval: args.interval.unwrap_or(cfg.critic.interval.0),
+            heartbeat: args.heartbeat,
+        };
+        let json = args.json;
+        daemon(&mut runner, &ledger, &clock, &opts, &mut |tick, seq| {
+            report_read(tick, &log);
+            if let Some(seq) = seq {
+                if json {
+                    print_json(&tick.verdict, Some(seq));
+                } else {
+                    print_summary(tick, seq);
+                }
+            }
+        })?;
+        return Ok(exit::OK);
+    }
+    let tick = runner.tick(args.now.unwrap_or_else(|| clock.now()))?;
+    report_read(&tick, &log);
+    let rec = ledger.append(tick.verdict.entry(&cfg.run.name, &tick.obs), clock.now())?;
+    if args.json {
+        print_json(&tick.verdict, Some(rec.seq));
+    } else {
+        print_human(&tick.verdict, &cfg, rec.seq);
+    }
+    Ok(tick.verdict.status.exit_code())
+}
+
+/// `[critic]` values a check cannot work with.
+fn validate(cfg: &Config) -> Result<()> {
+    let c = &cfg.critic;
+    let file = cfg.path.display();
+    if c.eval_window < 2 {
+        bail!(
+            "{file}: [critic] expected eval_window >= 2 evals, got {}",
+            c.eval_window
+        );
+    }
+    if c.band_samples < 1 {
+        bail!("{file}: [critic] expected band_samples >= 1");
+    }
+    if c.min_samples < 3 {
+        bail!(
+            "{file}: [critic] expected min_samples >= 3, got {}",
+            c.min_samples
+        );
+    }
+    if c.grad_nonfinite_consecutive < 1 {
+        bail!("{file}: [critic] expected grad_nonfinite_consecutive >= 1");
+    }
+    if c.interval.0.is_zero() {
+        bail!("{file}: [critic] expected interval above 0");
+    }
+    Ok(())
+}
+
+/// Garbage lines and restarts go to stderr: they never stop the critic.
+fn report_read(tick: &Tick, log: &std::path::Path) {
+    if tick.missing {
+        eprintln!("roger: warning: log {} does not exist (yet)", log.display());
+    }
+    if let Some(why) = &tick.restarted {
+        eprintln!(
+            "roger: note: log {} was {why}; reading it from the start",
+            log.display()
+        );
+    }
+    for g in tick.garbage.iter().take(GARBAGE_SHOWN) {
+        eprintln!("roger: warning: skipped {g}");
+    }
+    let more = tick.garbage.len().saturating_sub(GARBAGE_SHOWN);
+    if more > 0 {
+        eprintln!("roger: warning: ... and {more} more unreadable line(s)");
+    }
+}
+
+fn status_word(s: Status) -> &'static str {
+    s.as_str()
+}
+
+fn print_human(v: &Verdict, cfg: &Config, seq: u64) {
+    let step = v.step.map_or("-".into(), |s| s.to_string());
+    outln!(
+        "{}: {}  step {step}  phase {}  (ledger seq {seq}, config {})",
+        cfg.run.name,
+        status_word(v.status).to_uppercase(),
+        v.phase.as_deref().unwrap_or("-"),
+        &cfg.hash[..12.min(cfg.hash.len())]
+    );
+    for c in &v.checks {
+        outln!("{:<7} {:<12} {}", status_word(c.status), c.check, c.reason);
+    }
+    if !v.skipped.is_empty() {
+        outln!("skipped      {} (not declared)", v.skipped.join(", "));
+    }
+}
+
+fn print_summary(tick: &Tick, seq: u64) {
+    let v = &tick.verdict;
+    let worst = v
+        .checks
+        .first()
+        .filter(|c| c.status != Status::Pass)
+        .map(|c| format!(" — {}: {}", c.check, c.reason))
+        .unwrap_or_default();
+    outln!(
+        "{} seq {seq} step {} {}: {} (+{} samples, {} B read){worst}",
+        Utc::now().format("%Y-%m-%dT%H:%M:%SZ"),
+        v.step.map_or("-".into(), |s| s.to_string()),
+        v.phase.as_deref().unwrap_or("-"),
+        v.status.as_str(),
+        tick.new_samples,
+        tick.bytes_read
+    );
+}
+
+fn print_json(v: &Verdict, seq: Option<u64>) {
+    let mut j = serde_json::to_value(v).expect("verdict serialises");
+    j["seq"] = serde_json::json!(seq);
+    outln!("{}", j);
+}
+
+fn run_replay(global: &Global, args: &CriticArgs) -> Result<u8> {
+    let path = super::ledger_path(global, args.ledger.as_deref())?;
+    let ledger = Ledger::new(&path);
+    let records = ledger.records()?;
+    let results = replay::replay(&records);
+    let differ: Vec<&replay::Replayed> = results.iter().filter(|r| !r.matches()).collect();
+    if args.json {
+        outln!(
+            "{}",
+            serde_json::json!({"ledger": path, "replayed": results.len(), "differ": differ})
+        );
+    } else {
+        for r in &differ {
+            outln!(
+                "seq {} step {}: archived {}, recomputed {}: {}",
+                r.seq,
+                r.step.map_or("-".into(), |s| s.to_string()),
+                r.archived,
+                r.recomputed.as_deref().unwrap_or("-"),
+                r.differences.join("; ")
+            );
+        }
+        outln!(
+            "{}: replayed {} critic verdict(s), {} differ",
+            path.display(),
+            results.len(),
+            differ.len()
+        );
+    }
+    Ok(if results.is_empty() {
+        exit::UNKNOWN
+    } else if differ.is_empty() {
+        exit::OK
+    } else {
+        exit::FAIL
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_must_be_positive() {
+        assert_eq!(parse_interval("200ms").unwrap(), Duration::from_millis(200));
+        assert!(parse_interval("0s").is_err());
+        assert!(parse_interval("soon").is_err());
+    }
+}

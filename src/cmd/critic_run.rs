@@ -1,0 +1,156 @@
+//! The critic's edge: a [`Runner`] owns the log tail, the history and the GPU reader, and
+//! turns one tick (read new bytes → observe → judge) into a verdict; [`daemon`] repeats it
+//! every interval, files a verdict when something changed, and stops cleanly on
+//! SIGTERM/SIGINT after finishing the verdict in hand.
+
+use crate::config::Config;
+use crate::critic::{self, observe, History, Observation, Verdict};
+use crate::gpu::GpuReader;
+use crate::ledger::Ledger;
+use crate::metrics::tail::Tail;
+use crate::metrics::Garbage;
+use crate::sys::Clock;
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+pub struct Runner<'a> {
+    pub cfg: &'a Config,
+    tail: Tail,
+    history: History,
+    gpu: &'a mut dyn GpuReader,
+    pids: Vec<u32>,
+}
+
+/// One tick's result.
+pub struct Tick {
+    pub obs: Observation,
+    pub verdict: Verdict,
+    pub new_samples: usize,
+    pub bytes_read: u64,
+    pub garbage: Vec<Garbage>,
+    pub missing: bool,
+    pub restarted: Option<String>,
+}
+
+impl<'a> Runner<'a> {
+    pub fn new(
+        cfg: &'a Config,
+        tail: Tail,
+        gpu: &'a mut dyn GpuReader,
+        pids: Vec<u32>,
+    ) -> Runner<'a> {
+        Runner {
+            cfg,
+            tail,
+            history: History::new(cfg),
+            gpu,
+            pids,
+        }
+    }
+
+    /// Read what is new and judge the run as of `now`.
+    pub fn tick(&mut self, now: DateTime<Utc>) -> Result<Tick> {
+        let poll = self.tail.poll()?;
+        let new_samples = poll.outcome.samples.len();
+        self.history.garbage_total += poll.outcome.garbage_total;
+        if poll.snapshot {
+            self.history.replace(poll.outcome.samples);
+        } else {
+            for s in poll.outcome.samples {
+                self.history.push(s);
+            }
+        }
+        let now_s = now.timestamp() as f64 + f64::from(now.timestamp_subsec_millis()) / 1e3;
+        let mut obs = observe(&self.history, self.cfg, now_s, None);
+        if observe::needs_gpu(&obs) {
+            obs.gpu_vram = Some(observe::read_vram(&mut *self.gpu, &self.pids));
+        }
+        let verdict = critic::judge(&obs);
+        Ok(Tick {
+            obs,
+            verdict,
+            new_samples,
+            bytes_read: poll.bytes_read,
+            garbage: poll.outcome.garbage,
+            missing: poll.missing,
+            restarted: poll.restarted,
+        })
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// SIGTERM and SIGINT set a flag the loop checks; the verdict in hand is finished first.
+fn install_signal_handlers() -> Result<()> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGTERM, Signal::SIGINT] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { sigaction(sig, &action) }
+            .map_err(|e| anyhow::anyhow!("installing the {sig} handler: {e}"))?;
+    }
+    Ok(())
+}
+
+pub struct DaemonOptions {
+    pub interval: Duration,
+    pub heartbeat: bool,
+}
+
+/// Tick until signalled. `on_tick(tick, filed_seq)` prints; a verdict is filed when it is the
+/// first, new samples arrived, a check changed status, or `heartbeat` asks for every tick.
+pub fn daemon(
+    runner: &mut Runner<'_>,
+    ledger: &Ledger,
+    clock: &dyn Clock,
+    opts: &DaemonOptions,
+    on_tick: &mut dyn FnMut(&Tick, Option<u64>),
+) -> Result<()> {
+    install_signal_handlers()?;
+    let mut last: Option<Verdict> = None;
+    while !STOP.load(Ordering::SeqCst) {
+        let now = clock.now();
+        match runner.tick(now) {
+            Ok(tick) => {
+                let changed = last
+                    .as_ref()
+                    .is_none_or(|l| tick.new_samples > 0 || !tick.verdict.same_statuses(l));
+                let mut seq = None;
+                if changed || opts.heartbeat {
+                    let rec =
+                        ledger.append(tick.verdict.entry(&runner.cfg.run.name, &tick.obs), now)?;
+                    seq = Some(rec.seq);
+                    last = Some(tick.verdict.clone());
+                }
+                on_tick(&tick, seq);
+            }
+            // A log that cannot be read this tick (permissions, NFS hiccup) is reported and
+            // retried; the daemon itself stays up.
+            Err(e) => eprintln!("roger: error: {e:#}"),
+        }
+        sleep_unless_stopped(opts.interval);
+    }
+    Ok(())
+}
+
+fn sleep_unless_stopped(d: Duration) {
+    let slice = Duration::from_millis(20);
+    let start = std::time::Instant::now();
+    while !STOP.load(Ordering::SeqCst) {
+        let left = d.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(slice));
+    }
+}
