@@ -53,12 +53,12 @@ impl<'a> Runner<'a> {
     /// Read what is new and judge the run as of `now`.
     pub fn tick(&mut self, now: DateTime<Utc>) -> Result<Tick> {
         let poll = self.tail.poll()?;
-        let new_samples = poll.outcome.samples.len();
-        self.history.garbage_total += poll.outcome.garbage_total;
+        let new_samples = poll.batch.records.len();
+        self.history.garbage_total += poll.batch.garbage_total;
         if poll.snapshot {
-            self.history.replace(poll.outcome.samples);
+            self.history.replace(poll.batch.records);
         } else {
-            for s in poll.outcome.samples {
+            for s in poll.batch.records {
                 self.history.push(s);
             }
         }
@@ -73,7 +73,7 @@ impl<'a> Runner<'a> {
             verdict,
             new_samples,
             bytes_read: poll.bytes_read,
-            garbage: poll.outcome.garbage,
+            garbage: poll.batch.garbage,
             missing: poll.missing,
             restarted: poll.restarted,
         })

@@ -6,7 +6,7 @@
 use super::{EvalPoint, GpuVram, Num, ObsSample, Observation, Quiet, Settings, Thresholds};
 use crate::config::Config;
 use crate::gpu::GpuReader;
-use crate::metrics::{Sample, EVAL_LOSS, LOSS};
+use crate::metrics::{Record, EVAL_LOSS, LOSS, METRICS};
 use std::collections::VecDeque;
 
 const EVALS_KEPT: usize = 64;
@@ -14,7 +14,7 @@ const TRAIN_PER_EVAL: usize = 64;
 
 #[derive(Debug, Clone, Default)]
 pub struct History {
-    samples: VecDeque<Sample>,
+    samples: VecDeque<Record>,
     cap: usize,
     evals: Vec<EvalPoint>,
     /// Train losses since the last eval (newest last).
@@ -40,7 +40,8 @@ impl History {
         self.last_step
     }
 
-    pub fn push(&mut self, s: Sample) {
+    pub fn push(&mut self, s: impl Into<Record>) {
+        let s: Record = s.into();
         self.samples_total += 1;
         match self.last_step {
             Some(last) if s.step < last => {
@@ -79,7 +80,13 @@ impl History {
                 self.evals.remove(0);
             }
         }
-        if s.values.keys().any(|k| k != EVAL_LOSS) {
+        let eval_slot = METRICS.iter().position(|m| *m == EVAL_LOSS);
+        let train_metrics = s
+            .values
+            .iter()
+            .enumerate()
+            .any(|(i, v)| v.is_some() && Some(i) != eval_slot);
+        if train_metrics {
             self.samples.push_back(s);
             if self.samples.len() > self.cap {
                 self.samples.pop_front();
@@ -88,7 +95,7 @@ impl History {
     }
 
     /// A snapshot log (trainer_state.json) was re-read: start over from it.
-    pub fn replace(&mut self, samples: Vec<Sample>) {
+    pub fn replace(&mut self, samples: Vec<Record>) {
         let garbage = self.garbage_total;
         *self = History {
             cap: self.cap,
@@ -116,7 +123,7 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
     let phase = h.last_step.and_then(|s| cfg.phase_for(s));
     let window: Vec<ObsSample> = match phase {
         Some(p) => {
-            let in_phase: Vec<&Sample> = h
+            let in_phase: Vec<&Record> = h
                 .samples
                 .iter()
                 .filter(|s| s.step >= p.from && p.to.is_none_or(|to| s.step < to))
@@ -153,14 +160,14 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
     }
 }
 
-fn obs_sample(s: &Sample) -> ObsSample {
+fn obs_sample(s: &Record) -> ObsSample {
     ObsSample {
         step: s.step,
-        values: s
-            .values
+        values: METRICS
             .iter()
-            .filter(|(k, _)| k.as_str() != EVAL_LOSS)
-            .map(|(k, v)| (k.clone(), Num(*v)))
+            .zip(s.values)
+            .filter(|(m, _)| **m != EVAL_LOSS)
+            .filter_map(|(m, v)| v.map(|v| (m.to_string(), Num(v))))
             .collect(),
     }
 }
@@ -245,6 +252,7 @@ pub fn read_vram(reader: &mut dyn GpuReader, pids: &[u32]) -> GpuVram {
 mod tests {
     use super::*;
     use crate::gpu::{FakeGpu, GpuError, GpuInfo, GpuProcess, GpuSnapshot};
+    use crate::metrics::Sample;
     use std::collections::BTreeMap;
 
     fn s(step: u64, loss: f64, t: f64) -> Sample {

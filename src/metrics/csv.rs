@@ -5,6 +5,7 @@
 use super::{parse_num, parse_time, Fields, Keys, LineParser, Parsed, Target};
 use crate::config::MetricsConfig;
 
+#[derive(Clone)]
 pub struct CsvParser {
     keys: Keys,
     step_key: String,
@@ -125,6 +126,12 @@ impl LineParser for CsvParser {
 
     fn reset(&mut self) {
         self.columns = None;
+    }
+
+    fn fork(&self) -> Option<Box<dyn LineParser>> {
+        self.columns
+            .is_some()
+            .then(|| Box::new(self.clone()) as Box<dyn LineParser>)
     }
 }
 

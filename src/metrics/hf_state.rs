@@ -2,21 +2,21 @@
 //! rewritten at every save, so it is read as a snapshot (never tailed). Python's `NaN` /
 //! `Infinity` tokens are accepted. Entries carry no time; the file's mtime stands in.
 
-use super::{parse_num, Fields, Garbage, Keys, Parsed, ReadOutcome, Target};
+use super::{parse_num, Batch, Fields, Garbage, Keys, Parsed, Target};
 use crate::config::MetricsConfig;
 use anyhow::{Context, Result};
 use serde_json::Value;
 use std::path::Path;
 
-pub fn read(path: &Path, m: &MetricsConfig) -> Result<ReadOutcome> {
+pub fn read(path: &Path, m: &MetricsConfig) -> Result<Batch> {
     let bytes = std::fs::read(path).with_context(|| format!("reading log {}", path.display()))?;
     Ok(parse(&bytes, path, m))
 }
 
 /// A snapshot from the file's bytes. A document that does not parse (caught mid-rewrite) is
 /// one garbage entry and no samples.
-pub fn parse(bytes: &[u8], path: &Path, m: &MetricsConfig) -> ReadOutcome {
-    let mut out = ReadOutcome {
+pub fn parse(bytes: &[u8], path: &Path, m: &MetricsConfig) -> Batch {
+    let mut out = Batch {
         bytes: bytes.len() as u64,
         ..Default::default()
     };
@@ -72,8 +72,8 @@ pub fn parse(bytes: &[u8], path: &Path, m: &MetricsConfig) -> ReadOutcome {
         }
         match fields.finish(&keys, &m.step) {
             // Summary entries (train_runtime, total_flos) carry none of the mapped metrics.
-            Parsed::Sample(s) if s.values.is_empty() => {}
-            Parsed::Sample(s) => out.samples.push(s),
+            Parsed::Sample(s) if s.is_empty() => {}
+            Parsed::Sample(s) => out.records.push(s),
             Parsed::Skip => {}
             Parsed::Garbage(why) => {
                 out.push_garbage(garbage(1, format!("log_history[{i}]: {why}")))
@@ -142,11 +142,11 @@ mod tests {
             {"note": "NaN inside a string", "step": "x"}
         ]}"#;
         let out = parse(doc, Path::new("ts.json"), &MetricsConfig::default());
-        assert_eq!(out.samples.len(), 3, "{:?}", out.samples);
-        assert_eq!(out.samples[0].get("lr"), Some(5e-7));
-        assert!(out.samples[1].get("loss").unwrap().is_nan());
-        assert_eq!(out.samples[1].get("grad_norm"), Some(f64::INFINITY));
-        assert_eq!(out.samples[2].get("eval_loss"), Some(0.32));
+        assert_eq!(out.records.len(), 3, "{:?}", out.records);
+        assert_eq!(out.records[0].get("lr"), Some(5e-7));
+        assert!(out.records[1].get("loss").unwrap().is_nan());
+        assert_eq!(out.records[1].get("grad_norm"), Some(f64::INFINITY));
+        assert_eq!(out.records[2].get("eval_loss"), Some(0.32));
         assert_eq!(out.garbage_total, 1);
         assert!(
             out.garbage[0].why.contains("log_history[4]"),
@@ -162,7 +162,7 @@ mod tests {
             Path::new("ts.json"),
             &MetricsConfig::default(),
         );
-        assert!(out.samples.is_empty());
+        assert!(out.records.is_empty());
         assert!(out.garbage[0].why.contains("being rewritten"));
     }
 

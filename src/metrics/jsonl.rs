@@ -6,6 +6,7 @@
 use super::{parse_num, parse_time, Fields, Keys, LineParser, Parsed, Target};
 use crate::config::MetricsConfig;
 
+#[derive(Clone)]
 pub struct JsonlParser {
     keys: Keys,
     step_key: String,
@@ -64,6 +65,10 @@ impl LineParser for JsonlParser {
     }
 
     fn reset(&mut self) {}
+
+    fn fork(&self) -> Option<Box<dyn LineParser>> {
+        Some(Box::new(self.clone()))
+    }
 }
 
 fn preview(b: &[u8]) -> String {
@@ -132,21 +137,17 @@ impl Scanner<'_> {
                     self.object(path)?;
                 }
                 Some(_) => {
-                    let mut targets = [None; 4];
-                    let mut n = 0;
-                    for t in keys.lookup(full) {
-                        if n < targets.len() {
-                            targets[n] = Some(t);
-                            n += 1;
-                        }
-                    }
-                    if n == 0 {
+                    let mask = keys.lookup_mask(full);
+                    if mask == 0 {
                         self.skip_value()?;
                     } else {
                         let (vs, ve) = self.scalar()?;
                         let raw = &b[vs..ve];
-                        for t in targets.iter().flatten() {
-                            if !self.record(*t, raw) && self.fields.bad.is_none() {
+                        for (i, (t, _)) in keys.wanted.iter().enumerate() {
+                            if mask & (1 << i) != 0
+                                && !self.record(*t, raw)
+                                && self.fields.bad.is_none()
+                            {
                                 self.fields.bad = Some(format!(
                                     "`{}` is {}, expected a number",
                                     full_name(path, depth, key),
@@ -192,22 +193,32 @@ impl Scanner<'_> {
     /// At `"`; returns the contents' span and moves past the closing quote.
     fn string(&mut self) -> Result<(usize, usize), String> {
         let start = self.i + 1;
+        let b = self.b;
         let mut j = start;
-        loop {
-            match memchr::memchr2(b'"', b'\\', &self.b[j..]) {
-                None => {
-                    self.i = self.b.len();
-                    return Err(self.err("a closing '\"'"));
+        // Keys and most values are short: a plain loop beats a SIMD search's setup there.
+        let short_end = b.len().min(start + 32);
+        while j < short_end {
+            match b[j] {
+                b'"' => {
+                    self.i = j + 1;
+                    return Ok((start, j));
                 }
-                Some(k) if self.b[j + k] == b'\\' => j += k + 2,
+                b'\\' => j += 2,
+                _ => j += 1,
+            }
+        }
+        loop {
+            if j >= b.len() {
+                self.i = b.len();
+                return Err(self.err("a closing '\"'"));
+            }
+            match memchr::memchr2(b'"', b'\\', &b[j..]) {
+                None => j = b.len(),
+                Some(k) if b[j + k] == b'\\' => j += k + 2,
                 Some(k) => {
                     self.i = j + k + 1;
                     return Ok((start, j + k));
                 }
-            }
-            if j > self.b.len() {
-                self.i = self.b.len();
-                return Err(self.err("a closing '\"'"));
             }
         }
     }
@@ -278,7 +289,7 @@ fn full_name(path: &[u8], depth: usize, key: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Sample;
+    use crate::metrics::Record as Sample;
 
     fn parse(m: &MetricsConfig, line: &str) -> Parsed {
         JsonlParser::new(m).parse(line.as_bytes())

@@ -42,6 +42,61 @@ impl Sample {
     }
 }
 
+/// A sample as the readers produce it: fixed slots instead of a map, so reading a large log
+/// allocates nothing per line. [`Sample`] is its public, map-shaped form.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Record {
+    pub step: u64,
+    pub time: Option<f64>,
+    /// Indexed like [`METRICS`].
+    pub values: [Option<f64>; 6],
+}
+
+impl Record {
+    pub fn get(&self, metric: &str) -> Option<f64> {
+        METRICS
+            .iter()
+            .position(|m| *m == metric)
+            .and_then(|i| self.values[i])
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.iter().all(Option::is_none)
+    }
+
+    pub fn to_sample(&self) -> Sample {
+        Sample {
+            step: self.step,
+            time: self.time,
+            values: METRICS
+                .iter()
+                .zip(self.values)
+                .filter_map(|(m, v)| v.map(|v| (m.to_string(), v)))
+                .collect(),
+        }
+    }
+}
+
+impl From<&Sample> for Record {
+    fn from(s: &Sample) -> Record {
+        let mut values = [None; 6];
+        for (i, m) in METRICS.iter().enumerate() {
+            values[i] = s.get(m);
+        }
+        Record {
+            step: s.step,
+            time: s.time,
+            values,
+        }
+    }
+}
+
+impl From<Sample> for Record {
+    fn from(s: Sample) -> Record {
+        Record::from(&s)
+    }
+}
+
 /// A line that could not be read, and why. It is counted and reported, never fatal.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Garbage {
@@ -67,7 +122,17 @@ pub struct ReadOutcome {
     pub bytes: u64,
 }
 
-impl ReadOutcome {
+/// What a read produced, in the readers' compact form.
+#[derive(Debug, Default, Clone)]
+pub struct Batch {
+    pub records: Vec<Record>,
+    /// The first [`GARBAGE_KEPT`] garbage lines.
+    pub garbage: Vec<Garbage>,
+    pub garbage_total: u64,
+    pub bytes: u64,
+}
+
+impl Batch {
     pub fn push_garbage(&mut self, g: Garbage) {
         self.garbage_total += 1;
         if self.garbage.len() < GARBAGE_KEPT {
@@ -79,7 +144,7 @@ impl ReadOutcome {
 /// What one line of a line-based log holds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parsed {
-    Sample(Sample),
+    Sample(Record),
     /// Nothing to read (blank, a header, a text line no pattern matches).
     Skip,
     Garbage(String),
@@ -90,6 +155,9 @@ pub trait LineParser: Send {
     fn parse(&mut self, line: &[u8]) -> Parsed;
     /// The file started over (truncated or replaced): forget per-file state.
     fn reset(&mut self);
+    /// A copy that parses any later line the same way, for reading large stretches on
+    /// several threads; None while the state is not settled (a CSV header not yet read).
+    fn fork(&self) -> Option<Box<dyn LineParser>>;
 }
 
 /// What a log field feeds.
@@ -106,6 +174,8 @@ pub enum Target {
 #[derive(Debug, Clone)]
 pub struct Keys {
     pub wanted: Vec<(Target, Vec<u8>)>,
+    /// Per `wanted` entry: whether its key has a `.` or `/` (then a separator-blind match).
+    has_sep: Vec<bool>,
     pub vram_unit: crate::config::VramUnit,
 }
 
@@ -126,12 +196,18 @@ impl Keys {
         for (i, k) in metric_keys.into_iter().enumerate() {
             wanted.push((Target::Metric(i), k.clone()));
         }
+        let wanted: Vec<(Target, Vec<u8>)> = wanted
+            .into_iter()
+            .filter(|(_, k)| !k.is_empty())
+            .map(|(t, k)| (t, k.into_bytes()))
+            .collect();
+        let has_sep = wanted
+            .iter()
+            .map(|(_, k)| k.iter().any(|&c| c == b'.' || c == b'/'))
+            .collect();
         Keys {
-            wanted: wanted
-                .into_iter()
-                .filter(|(_, k)| !k.is_empty())
-                .map(|(t, k)| (t, k.into_bytes()))
-                .collect(),
+            wanted,
+            has_sep,
             vram_unit: m.vram_unit,
         }
     }
@@ -142,6 +218,21 @@ impl Keys {
             .iter()
             .filter(move |(_, k)| same_key(k, key))
             .map(|(t, _)| *t)
+    }
+
+    /// [`Keys::lookup`] for the JSONL hot loop: a bit per entry of `wanted` that matches.
+    /// Keys without a separator can only match exactly, which is one short memcmp.
+    #[inline]
+    pub fn lookup_mask(&self, key: &[u8]) -> u32 {
+        let mut mask = 0;
+        for (i, (_, k)) in self.wanted.iter().enumerate() {
+            if k.len() == key.len()
+                && (k.as_slice() == key || (self.has_sep[i] && same_key(k, key)))
+            {
+                mask |= 1 << i;
+            }
+        }
+        mask
     }
 
     /// Whether some wanted key lies under `prefix/` (worth descending into a nested object).
@@ -194,18 +285,11 @@ impl Fields {
                 "step {step} is not a non-negative integer (`{step_key}`)"
             ));
         };
-        let mut values = BTreeMap::new();
-        for (i, v) in self.values.iter().enumerate() {
-            if let Some(v) = *v {
-                let v = if METRICS[i] == VRAM_GIB {
-                    keys.vram_unit.to_gib(v)
-                } else {
-                    v
-                };
-                values.insert(METRICS[i].to_string(), v);
-            }
+        let mut values = self.values;
+        if let Some(v) = values[4].as_mut() {
+            *v = keys.vram_unit.to_gib(*v); // METRICS[4] is VRAM_GIB
         }
-        Parsed::Sample(Sample {
+        Parsed::Sample(Record {
             step,
             time: self.time,
             values,
@@ -226,6 +310,9 @@ pub fn parse_num(b: &[u8]) -> Option<f64> {
         .and_then(|s| s.strip_suffix(b"\""))
         .unwrap_or(b)
         .trim_ascii();
+    if let Some(v) = fast_decimal(b) {
+        return Some(v);
+    }
     match b {
         b"NaN" | b"nan" | b"-NaN" | b"-nan" => return Some(f64::NAN),
         b"Infinity" | b"inf" | b"+inf" | b"+Infinity" => return Some(f64::INFINITY),
@@ -233,6 +320,79 @@ pub fn parse_num(b: &[u8]) -> Option<f64> {
         _ => {}
     }
     std::str::from_utf8(b).ok()?.parse::<f64>().ok()
+}
+
+/// Exact powers of ten (all representable in an f64).
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// Clinger's fast path: a decimal whose digits fit in 2^53 and whose power of ten is at most
+/// 22 is one correctly rounded multiplication or division, so this equals `str::parse`. It
+/// covers what trainers print; anything else (more digits, big exponents) returns None and
+/// takes the standard parser.
+fn fast_decimal(b: &[u8]) -> Option<f64> {
+    let (neg, mut i) = match b.first()? {
+        b'-' => (true, 1),
+        b'+' => (false, 1),
+        _ => (false, 0),
+    };
+    let mut mant: u64 = 0;
+    let mut exp: i32 = 0;
+    let mut digits = 0;
+    let start = i;
+    while i < b.len() && b[i].is_ascii_digit() {
+        mant = mant.checked_mul(10)?.checked_add(u64::from(b[i] - b'0'))?;
+        digits += 1;
+        i += 1;
+    }
+    if i < b.len() && b[i] == b'.' {
+        i += 1;
+        while i < b.len() && b[i].is_ascii_digit() {
+            mant = mant.checked_mul(10)?.checked_add(u64::from(b[i] - b'0'))?;
+            exp -= 1;
+            digits += 1;
+            i += 1;
+        }
+    }
+    if digits == 0 || (i == start + 1 && b[start] == b'.') {
+        return None;
+    }
+    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
+        i += 1;
+        let eneg = match b.get(i) {
+            Some(b'-') => {
+                i += 1;
+                true
+            }
+            Some(b'+') => {
+                i += 1;
+                false
+            }
+            _ => false,
+        };
+        let es = i;
+        let mut e: i32 = 0;
+        while i < b.len() && b[i].is_ascii_digit() && e < 10_000 {
+            e = e * 10 + i32::from(b[i] - b'0');
+            i += 1;
+        }
+        if i == es {
+            return None;
+        }
+        exp += if eneg { -e } else { e };
+    }
+    if i != b.len() || mant > (1u64 << 53) {
+        return None;
+    }
+    let m = mant as f64;
+    let v = if exp >= 0 {
+        m * *POW10.get(exp as usize)?
+    } else {
+        m / *POW10.get((-exp) as usize)?
+    };
+    Some(if neg { -v } else { v })
 }
 
 /// A time field: unix seconds, or an RFC 3339 string.
@@ -289,24 +449,32 @@ pub fn line_parser(format: LogFormat, m: &MetricsConfig) -> Result<Option<Box<dy
 /// Read a whole log. Samples without a time of their own get the file's mtime (the last
 /// moment the log was written).
 pub fn read_all(path: &Path, format: LogFormat, metrics: &MetricsConfig) -> Result<ReadOutcome> {
-    let mut out = match line_parser(format, metrics)? {
+    let batch = match line_parser(format, metrics)? {
         None => hf_state::read(path, metrics)?,
         Some(mut parser) => {
             let file = std::fs::File::open(path)
                 .with_context(|| format!("opening log {}", path.display()))?;
-            let mut out = ReadOutcome::default();
+            let mut out = Batch::default();
             let mut lines = tail::LineReader::new(file, path);
             lines.read_to_end(&mut *parser, &mut out)?;
             out
         }
     };
     let mtime = mtime_secs(path);
-    for s in &mut out.samples {
-        if s.time.is_none() {
-            s.time = mtime;
-        }
-    }
-    Ok(out)
+    Ok(ReadOutcome {
+        samples: batch
+            .records
+            .iter()
+            .map(|r| {
+                let mut s = r.to_sample();
+                s.time = s.time.or(mtime);
+                s
+            })
+            .collect(),
+        garbage: batch.garbage,
+        garbage_total: batch.garbage_total,
+        bytes: batch.bytes,
+    })
 }
 
 pub fn mtime_secs(path: &Path) -> Option<f64> {
@@ -328,6 +496,36 @@ mod tests {
         assert_eq!(parse_num(b"\"inf\""), Some(f64::INFINITY));
         assert_eq!(parse_num(b"abc"), None);
         assert_eq!(parse_num(b""), None);
+        assert_eq!(parse_num(b"."), None);
+        assert_eq!(parse_num(b"1e"), None);
+        assert_eq!(parse_num(b"-"), None);
+    }
+
+    #[test]
+    fn fast_path_equals_the_standard_parser() {
+        for t in [
+            "0",
+            "-0.5",
+            "6.000000e-04",
+            "1714521600.123",
+            "3.14159",
+            "2.5E+3",
+            "1e22",
+            "1e-22",
+            "123456789012345678",
+            "0.1",
+            "0.30000000000000004",
+            "9007199254740993",
+            "1e23",
+            "4.6000000000000004e-07",
+            "8.88888888888889e-09",
+            "52000.0",
+            "+7",
+            "007.50",
+        ] {
+            let want: f64 = t.parse().unwrap();
+            assert_eq!(parse_num(t.as_bytes()), Some(want), "{t}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! (trainer_state.json) are re-read whole when their size, mtime or inode changes.
 //! [`LineReader`] is the chunked line splitter both this and `read_all` use.
 
-use super::{Garbage, LineParser, Parsed, ReadOutcome};
+use super::{Batch, Garbage, LineParser, Parsed};
 use crate::config::{LogFormat, MetricsConfig};
 use anyhow::{Context, Result};
 use std::fs::File;
@@ -13,36 +13,112 @@ use std::io::Read;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-const CHUNK: usize = 4 << 20;
+const CHUNK: usize = 32 << 20;
+/// Below this, one thread parses; above it the lines are split across the cores.
+const PARALLEL_MIN: usize = 4 << 20;
 const HEAD: usize = 64;
 
 /// Split complete lines out of `data` and parse them; returns the bytes consumed (through
-/// the last newline).
+/// the last newline). Large stretches are parsed on all cores, in order.
 pub fn feed(
     parser: &mut dyn LineParser,
     data: &[u8],
     line_no: &mut u64,
     path: &Path,
-    out: &mut ReadOutcome,
+    out: &mut Batch,
 ) -> usize {
+    let Some(last_nl) = memchr::memrchr(b'\n', data) else {
+        return 0;
+    };
+    let data = &data[..=last_nl];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if data.len() >= PARALLEL_MIN && threads > 1 {
+        if let Some(forks) = (1..threads)
+            .map(|_| parser.fork())
+            .collect::<Option<Vec<_>>>()
+        {
+            feed_parallel(parser, forks, data, line_no, path, out);
+            return data.len();
+        }
+    }
+    feed_seq(parser, data, line_no, path, out);
+    data.len()
+}
+
+fn feed_seq(
+    parser: &mut dyn LineParser,
+    data: &[u8],
+    line_no: &mut u64,
+    path: &Path,
+    out: &mut Batch,
+) {
     let mut start = 0;
     for nl in memchr::memchr_iter(b'\n', data) {
         *line_no += 1;
         one_line(parser, &data[start..nl], *line_no, path, out);
         start = nl + 1;
     }
-    start
 }
 
-fn one_line(
+/// `data` ends with a newline. Each thread takes a run of whole lines and numbers them from
+/// 0; the results are stitched back in order with the line numbers shifted.
+fn feed_parallel(
     parser: &mut dyn LineParser,
-    line: &[u8],
-    line_no: u64,
+    forks: Vec<Box<dyn LineParser>>,
+    data: &[u8],
+    line_no: &mut u64,
     path: &Path,
-    out: &mut ReadOutcome,
+    out: &mut Batch,
 ) {
+    let parts = forks.len() + 1;
+    let mut bounds = vec![0];
+    for k in 1..parts {
+        let guess = (data.len() * k / parts).max(*bounds.last().expect("non-empty"));
+        let cut = memchr::memchr(b'\n', &data[guess..]).map_or(data.len(), |i| guess + i + 1);
+        bounds.push(cut);
+    }
+    bounds.push(data.len());
+    let results: Vec<(Batch, u64)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = forks
+            .into_iter()
+            .enumerate()
+            .map(|(k, mut p)| {
+                let part = &data[bounds[k + 1]..bounds[k + 2]];
+                scope.spawn(move || {
+                    let (mut b, mut n) = (Batch::default(), 0);
+                    feed_seq(&mut *p, part, &mut n, path, &mut b);
+                    (b, n)
+                })
+            })
+            .collect();
+        let (mut first, mut n) = (Batch::default(), 0);
+        feed_seq(parser, &data[..bounds[1]], &mut n, path, &mut first);
+        let mut all = vec![(first, n)];
+        all.extend(
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("parser thread")),
+        );
+        all
+    });
+    for (mut b, n) in results {
+        for g in &mut b.garbage {
+            g.line += *line_no;
+        }
+        out.records.append(&mut b.records);
+        out.garbage_total += b.garbage_total;
+        for g in b.garbage {
+            if out.garbage.len() < super::GARBAGE_KEPT {
+                out.garbage.push(g);
+            }
+        }
+        *line_no += n;
+    }
+}
+
+fn one_line(parser: &mut dyn LineParser, line: &[u8], line_no: u64, path: &Path, out: &mut Batch) {
     match parser.parse(line) {
-        Parsed::Sample(s) => out.samples.push(s),
+        Parsed::Sample(s) => out.records.push(s),
         Parsed::Skip => {}
         Parsed::Garbage(why) => out.push_garbage(Garbage {
             file: path.to_path_buf(),
@@ -64,11 +140,7 @@ impl<'a> LineReader<'a> {
     }
 
     /// Every line, the last one even without its newline (the file is taken as finished).
-    pub fn read_to_end(
-        &mut self,
-        parser: &mut dyn LineParser,
-        out: &mut ReadOutcome,
-    ) -> Result<()> {
+    pub fn read_to_end(&mut self, parser: &mut dyn LineParser, out: &mut Batch) -> Result<()> {
         let mut buf = vec![0u8; CHUNK];
         let mut have = 0;
         let mut line_no = 0;
@@ -98,7 +170,7 @@ impl<'a> LineReader<'a> {
 /// What one poll found.
 #[derive(Debug, Default)]
 pub struct Poll {
-    pub outcome: ReadOutcome,
+    pub batch: Batch,
     /// The samples are the whole log (snapshot formats), not an append.
     pub snapshot: bool,
     /// Why reading started over, if it did ("rotated", "truncated", "replaced").
@@ -161,7 +233,7 @@ impl Tail {
             self.poll_lines(meta.as_ref(), &mut poll)?;
         }
         let mtime = super::mtime_secs(&self.path);
-        for s in &mut poll.outcome.samples {
+        for s in &mut poll.batch.records {
             if s.time.is_none() {
                 s.time = mtime;
             }
@@ -185,10 +257,10 @@ impl Tail {
         let bytes = std::fs::read(&self.path)
             .with_context(|| format!("reading log {}", self.path.display()))?;
         poll.bytes_read = bytes.len() as u64;
-        poll.outcome = super::hf_state::parse(&bytes, &self.path, &self.metrics);
+        poll.batch = super::hf_state::parse(&bytes, &self.path, &self.metrics);
         poll.snapshot = true;
         // A document caught mid-rewrite is read again next time.
-        if poll.outcome.samples.is_empty() && poll.outcome.garbage_total > 0 {
+        if poll.batch.records.is_empty() && poll.batch.garbage_total > 0 {
             self.seen = None;
         } else {
             self.seen = Some(sig);
@@ -253,35 +325,44 @@ impl Tail {
         let (Some(open), Some(parser)) = (self.open.as_mut(), self.parser.as_mut()) else {
             return Ok(());
         };
-        let mut buf = vec![0u8; 64 << 10];
+        // `partial` holds the unfinished last line, and new bytes are read in right after it
+        // (no second copy). It grows for a big catch-up and shrinks back for small ticks.
+        let mut have = open.partial.len();
+        let small = 64 << 10;
+        open.partial.resize(small.max(have * 2), 0);
         loop {
+            if have == open.partial.len() {
+                let grown = (open.partial.len() * 2).clamp(small, CHUNK.max(have * 2));
+                open.partial.resize(grown, 0);
+            }
             let n = open
                 .file
-                .read_at(&mut buf, open.offset)
+                .read_at(&mut open.partial[have..], open.offset)
                 .with_context(|| format!("reading log {}", self.path.display()))?;
             if n == 0 {
                 break;
             }
             if open.head.len() < HEAD && open.offset < HEAD as u64 {
                 let take = (HEAD - open.offset as usize).min(n);
-                open.head.extend_from_slice(&buf[..take]);
+                open.head
+                    .extend_from_slice(&open.partial[have..have + take]);
             }
             open.offset += n as u64;
             poll.bytes_read += n as u64;
-            poll.outcome.bytes += n as u64;
-            open.partial.extend_from_slice(&buf[..n]);
+            poll.batch.bytes += n as u64;
+            have += n;
             let used = feed(
                 &mut **parser,
-                &open.partial,
+                &open.partial[..have],
                 &mut open.line_no,
                 &self.path,
-                &mut poll.outcome,
+                &mut poll.batch,
             );
-            open.partial.drain(..used);
-            if buf.len() < CHUNK {
-                buf.resize(CHUNK, 0);
-            }
+            open.partial.copy_within(used..have, 0);
+            have -= used;
         }
+        open.partial.truncate(have);
+        open.partial.shrink_to(small);
         if finished && !open.partial.is_empty() {
             open.line_no += 1;
             let line = std::mem::take(&mut open.partial);
@@ -290,7 +371,7 @@ impl Tail {
                 &line,
                 open.line_no,
                 &self.path,
-                &mut poll.outcome,
+                &mut poll.batch,
             );
         }
         Ok(())
@@ -312,7 +393,7 @@ mod tests {
     }
 
     fn steps(poll: &Poll) -> Vec<u64> {
-        poll.outcome.samples.iter().map(|s| s.step).collect()
+        poll.batch.records.iter().map(|s| s.step).collect()
     }
 
     fn tail(p: &Path) -> Tail {
@@ -328,13 +409,13 @@ mod tests {
         append(&p, "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"lo");
         let first = t.poll().unwrap();
         assert_eq!(steps(&first), vec![1]);
-        assert!(first.outcome.samples[0].time.is_some(), "mtime stands in");
+        assert!(first.batch.records[0].time.is_some(), "mtime stands in");
         append(&p, "ss\": 2}\n");
         let second = t.poll().unwrap();
         assert_eq!(steps(&second), vec![2]);
         assert_eq!(second.bytes_read, 8, "only the appended bytes are read");
         let idle = t.poll().unwrap();
-        assert_eq!((idle.bytes_read, idle.outcome.samples.len()), (0, 0));
+        assert_eq!((idle.bytes_read, idle.batch.records.len()), (0, 0));
     }
 
     #[test]
@@ -381,11 +462,38 @@ mod tests {
         let mut t = tail(&p);
         let poll = t.poll().unwrap();
         assert_eq!(steps(&poll), vec![1, 2]);
-        assert_eq!(poll.outcome.garbage[0].line, 2);
+        assert_eq!(poll.batch.garbage[0].line, 2);
         assert_eq!(
-            poll.outcome.garbage[0].to_string(),
+            poll.batch.garbage[0].to_string(),
             format!("{}:2: expected a JSON object, found \"oops\"", p.display())
         );
+    }
+
+    #[test]
+    fn parallel_parse_keeps_order_and_line_numbers() {
+        let mut data = String::new();
+        for i in 0..200_000u64 {
+            if i % 50_000 == 7 {
+                data.push_str("garbage\n");
+            } else {
+                data.push_str(&format!("{{\"step\": {i}, \"loss\": 2.5}}\n"));
+            }
+        }
+        assert!(data.len() > PARALLEL_MIN);
+        let mut p = crate::metrics::jsonl::JsonlParser::new(&MetricsConfig::default());
+        let (mut out, mut line_no) = (Batch::default(), 0);
+        let used = feed(
+            &mut p,
+            data.as_bytes(),
+            &mut line_no,
+            Path::new("l"),
+            &mut out,
+        );
+        assert_eq!((used, line_no), (data.len(), 200_000));
+        assert!(out.records.windows(2).all(|w| w[1].step > w[0].step));
+        assert_eq!(out.records.len(), 200_000 - 4);
+        let lines: Vec<u64> = out.garbage.iter().map(|g| g.line).collect();
+        assert_eq!(lines, vec![8, 50_008, 100_008, 150_008]);
     }
 
     #[test]

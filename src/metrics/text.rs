@@ -8,6 +8,7 @@ use crate::config::MetricsConfig;
 use anyhow::{bail, Context, Result};
 use regex::bytes::Regex;
 
+#[derive(Clone)]
 pub struct TextParser {
     keys: Keys,
     patterns: Vec<(Regex, Vec<Option<Target>>)>,
@@ -100,6 +101,10 @@ impl LineParser for TextParser {
     }
 
     fn reset(&mut self) {}
+
+    fn fork(&self) -> Option<Box<dyn LineParser>> {
+        Some(Box::new(self.clone()))
+    }
 }
 
 #[cfg(test)]
