@@ -8,7 +8,7 @@ use crate::critic::{self, observe, History, Observation, Verdict};
 use crate::gpu::GpuReader;
 use crate::ledger::Ledger;
 use crate::metrics::tail::Tail;
-use crate::metrics::Garbage;
+use crate::metrics::{Garbage, Record};
 use crate::sys::Clock;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -52,16 +52,23 @@ impl<'a> Runner<'a> {
 
     /// Read what is new and judge the run as of `now`.
     pub fn tick(&mut self, now: DateTime<Utc>) -> Result<Tick> {
-        let poll = self.tail.poll()?;
-        let new_samples = poll.batch.records.len();
-        self.history.garbage_total += poll.batch.garbage_total;
-        if poll.snapshot {
-            self.history.replace(poll.batch.records);
-        } else {
-            for s in poll.batch.records {
-                self.history.push(s);
+        let poll = if self.tail.is_snapshot() {
+            let mut poll = self.tail.poll()?;
+            if poll.snapshot {
+                self.history
+                    .replace(std::mem::take(&mut poll.batch.records));
             }
-        }
+            poll
+        } else {
+            let history = &mut self.history;
+            self.tail.poll_into(&mut |recs: &mut Vec<Record>| {
+                for r in recs.drain(..) {
+                    history.push(r);
+                }
+            })?
+        };
+        let new_samples = poll.records;
+        self.history.garbage_total += poll.batch.garbage_total;
         let now_s = now.timestamp() as f64 + f64::from(now.timestamp_subsec_millis()) / 1e3;
         let mut obs = observe(&self.history, self.cfg, now_s, None);
         if observe::needs_gpu(&obs) {

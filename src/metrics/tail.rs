@@ -5,7 +5,7 @@
 //! (trainer_state.json) are re-read whole when their size, mtime or inode changes.
 
 use super::lines::{feed, one_line, CHUNK};
-use super::{Batch, LineParser};
+use super::{Batch, LineParser, Record};
 use crate::config::{LogFormat, MetricsConfig};
 use anyhow::{Context, Result};
 use std::fs::File;
@@ -26,7 +26,12 @@ pub struct Poll {
     pub missing: bool,
     /// Bytes read from disk by this poll.
     pub bytes_read: u64,
+    /// Samples read by this poll (also those already handed to a sink).
+    pub records: usize,
 }
+
+/// Hands a chunk's records on and counts them.
+type Flush<'a> = dyn FnMut(&mut Vec<Record>, &mut usize) + 'a;
 
 struct Open {
     file: File,
@@ -68,24 +73,51 @@ impl Tail {
 
     /// Read what is new. Samples without a time of their own get the log's mtime.
     pub fn poll(&mut self) -> Result<Poll> {
+        let mut all = Vec::new();
+        let mut poll = self.poll_into(&mut |recs: &mut Vec<Record>| all.append(recs))?;
+        poll.batch.records = all;
+        Ok(poll)
+    }
+
+    /// Like [`Tail::poll`], but hands the records to `sink` a chunk at a time (the sink takes
+    /// them out of the vector), so a first read of a huge log never holds all of it.
+    pub fn poll_into(&mut self, sink: &mut dyn FnMut(&mut Vec<Record>)) -> Result<Poll> {
         let mut poll = Poll::default();
         let meta = match std::fs::metadata(&self.path) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(e).with_context(|| format!("stat log {}", self.path.display())),
         };
+        let mtime = meta.as_ref().and_then(|m| {
+            let t = m
+                .modified()
+                .ok()?
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?;
+            Some(t.as_secs_f64())
+        });
+        let mut flush = |recs: &mut Vec<Record>, count: &mut usize| {
+            for r in recs.iter_mut() {
+                r.time = r.time.or(mtime);
+            }
+            *count += recs.len();
+            sink(recs);
+            recs.clear();
+        };
         if self.parser.is_none() {
             self.poll_snapshot(meta.as_ref(), &mut poll)?;
         } else {
-            self.poll_lines(meta.as_ref(), &mut poll)?;
+            self.poll_lines(meta.as_ref(), &mut poll, &mut flush)?;
         }
-        let mtime = super::mtime_secs(&self.path);
-        for s in &mut poll.batch.records {
-            if s.time.is_none() {
-                s.time = mtime;
-            }
-        }
+        let mut count = poll.records;
+        flush(&mut poll.batch.records, &mut count);
+        poll.records = count;
         Ok(poll)
+    }
+
+    /// Whether the log is read as a whole document each time (trainer_state.json).
+    pub fn is_snapshot(&self) -> bool {
+        self.parser.is_none()
     }
 
     fn poll_snapshot(&mut self, meta: Option<&std::fs::Metadata>, poll: &mut Poll) -> Result<()> {
@@ -115,12 +147,17 @@ impl Tail {
         Ok(())
     }
 
-    fn poll_lines(&mut self, meta: Option<&std::fs::Metadata>, poll: &mut Poll) -> Result<()> {
+    fn poll_lines(
+        &mut self,
+        meta: Option<&std::fs::Metadata>,
+        poll: &mut Poll,
+        flush: &mut Flush<'_>,
+    ) -> Result<()> {
         let id = meta.map(|m| (m.dev(), m.ino()));
         // Rotated or replaced by a new file: finish the old one, then start on the new.
         if let Some(open) = &self.open {
             if id != Some(open.id) {
-                self.drain(poll, true)?;
+                self.drain(poll, true, flush)?;
                 if id.is_some() {
                     self.open = None;
                     poll.restarted = Some("rotated".into());
@@ -163,12 +200,12 @@ impl Tail {
                 p.reset();
             }
         }
-        self.drain(poll, false)
+        self.drain(poll, false, flush)
     }
 
     /// Read from the offset to the end of the open file. `finished`: the file will not grow
     /// any more, so a last line without newline counts.
-    fn drain(&mut self, poll: &mut Poll, finished: bool) -> Result<()> {
+    fn drain(&mut self, poll: &mut Poll, finished: bool, flush: &mut Flush<'_>) -> Result<()> {
         let (Some(open), Some(parser)) = (self.open.as_mut(), self.parser.as_mut()) else {
             return Ok(());
         };
@@ -207,6 +244,7 @@ impl Tail {
             );
             open.partial.copy_within(used..have, 0);
             have -= used;
+            flush(&mut poll.batch.records, &mut poll.records);
         }
         open.partial.truncate(have);
         open.partial.shrink_to(small);
