@@ -8,8 +8,10 @@ pub mod config;
 pub mod digest;
 pub mod exit;
 pub mod gpu;
+pub mod hygiene;
 pub mod ledger;
 pub mod out;
+pub mod quarantine;
 pub mod sys;
 
 use clap::Parser;

@@ -1,0 +1,1 @@
+//! Quarantine: items set aside (moved, never copied) until a trial proves them good.
