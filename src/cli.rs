@@ -47,6 +47,9 @@ pub enum Command {
     Ledger(cmd::ledger::LedgerArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
+    /// Publish a checkpoint crash-safely: copy, fsync, verify from disk, rename, latest.json,
+    /// ledger record, retention. `--verify` re-hashes a published one.
+    Publish(cmd::publish::PublishArgs),
 }
 
 /// Options every subcommand sees, turned into plain values.
@@ -75,6 +78,32 @@ mod tests {
                 "roger", "ledger", "tail", "-n", "5", "--kind", "publish", "--json",
             ],
             &["roger", "completions", "bash"],
+            &[
+                "roger",
+                "publish",
+                "ckpt-10.pt",
+                "--to",
+                "ck",
+                "--step",
+                "10",
+            ],
+            &[
+                "roger",
+                "publish",
+                "checkpoint-5/",
+                "--keep-last",
+                "2",
+                "--json",
+            ],
+            &["roger", "publish", "--verify"],
+            &[
+                "roger",
+                "publish",
+                "--verify",
+                "ck/ckpt-10.pt",
+                "--to",
+                "ck",
+            ],
         ];
         for argv in ok {
             assert!(Cli::try_parse_from(argv).is_ok(), "{argv:?}");
@@ -84,6 +113,10 @@ mod tests {
             &["roger", "ledger", "tail", "-n", "x"],
             &["roger", "completions", "tcsh"],
             &["roger", "-v", "-q", "check"],
+            &["roger", "publish"],
+            &["roger", "publish", "x.pt", "--step", "ten"],
+            &["roger", "publish", "--verify", "--step", "3"],
+            &["roger", "publish", "x.pt", "--no-prune", "--keep-last", "2"],
         ];
         for argv in bad {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");

@@ -11,6 +11,7 @@ pub mod gpu;
 pub mod hygiene;
 pub mod ledger;
 pub mod out;
+pub mod publish;
 pub mod quarantine;
 pub mod sys;
 
