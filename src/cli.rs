@@ -50,6 +50,12 @@ pub enum Command {
     /// Publish a checkpoint crash-safely: copy, fsync, verify from disk, rename, latest.json,
     /// ledger record, retention. `--verify` re-hashes a published one.
     Publish(cmd::publish::PublishArgs),
+    /// The disk before the emergency (free space, growth, hours to full, prune), clean logs
+    /// (ANSI, tqdm redraws), flapping checks, regressions against a baseline run.
+    Hygiene(cmd::hygiene::HygieneArgs),
+    /// Set suspect items aside (moved, never copied) until a trial proves them good:
+    /// add, list, show, prove, release, purge, and scan the run's outputs.
+    Quarantine(cmd::quarantine::QuarantineArgs),
 }
 
 /// Options every subcommand sees, turned into plain values.
@@ -104,6 +110,78 @@ mod tests {
                 "--to",
                 "ck",
             ],
+            &["roger", "hygiene", "disk", "--json"],
+            &["roger", "hygiene", "disk", "--prune", "--dry-run"],
+            &["roger", "hygiene", "clean"],
+            &["roger", "hygiene", "clean", "-"],
+            &[
+                "roger",
+                "hygiene",
+                "clean",
+                "train.log",
+                "--in-place",
+                "--keep-original",
+            ],
+            &[
+                "roger", "hygiene", "flap", "--ledger", "l.jsonl", "--all", "--json",
+            ],
+            &[
+                "roger",
+                "quarantine",
+                "add",
+                "ck.pt",
+                "--reason",
+                "bad hash",
+            ],
+            &["roger", "quarantine", "--dir", "q", "list", "--json"],
+            &["roger", "quarantine", "show", "2026", "--ledger", "l.jsonl"],
+            &[
+                "roger",
+                "quarantine",
+                "prove",
+                "id",
+                "--timeout",
+                "10m",
+                "--",
+                "python",
+                "-c",
+                "x",
+            ],
+            &["roger", "quarantine", "release", "id"],
+            &[
+                "roger",
+                "quarantine",
+                "release",
+                "id",
+                "--force",
+                "--reason",
+                "checked",
+            ],
+            &[
+                "roger",
+                "quarantine",
+                "purge",
+                "--older-than",
+                "7d",
+                "--force",
+            ],
+            &[
+                "roger",
+                "quarantine",
+                "scan",
+                "--crashed",
+                "--since",
+                "2026-01-02T03:04:05Z",
+            ],
+            &[
+                "roger",
+                "quarantine",
+                "scan",
+                "out.json",
+                "--crashed",
+                "--since",
+                "1700000000",
+            ],
         ];
         for argv in ok {
             assert!(Cli::try_parse_from(argv).is_ok(), "{argv:?}");
@@ -117,6 +195,20 @@ mod tests {
             &["roger", "publish", "x.pt", "--step", "ten"],
             &["roger", "publish", "--verify", "--step", "3"],
             &["roger", "publish", "x.pt", "--no-prune", "--keep-last", "2"],
+            &["roger", "hygiene", "disk", "--dry-run"],
+            &["roger", "hygiene", "clean", "--keep-original"],
+            &["roger", "quarantine", "add", "ck.pt"],
+            &["roger", "quarantine", "prove", "id"],
+            &["roger", "quarantine", "release", "id", "--force"],
+            &["roger", "quarantine", "release", "id", "--reason", "x"],
+            &["roger", "quarantine", "purge", "--older-than", "a week"],
+            &[
+                "roger",
+                "quarantine",
+                "scan",
+                "--since",
+                "2026-01-02T03:04:05Z",
+            ],
         ];
         for argv in bad {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");

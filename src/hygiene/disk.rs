@@ -277,10 +277,18 @@ pub fn measure(
     disk_verdict(&measured, g.as_ref(), &cfg.disk)
 }
 
-/// The real disk check: reads the config's ledger, asks the filesystem.
+/// On WSL, the Windows drive behind the VHDX (`[disk] host`, else detected from the mounts).
+pub fn wsl_host(cfg: &Config) -> Option<PathBuf> {
+    crate::sys::wsl::detect()?;
+    let mounts = crate::sys::fskind::read_mounts().unwrap_or_default();
+    crate::sys::wsl::host_drive(cfg.disk.host.as_deref(), &mounts)
+}
+
+/// The real disk check (what `hygiene disk` and the critic/watch tick run): reads the
+/// config's ledger, asks the filesystem.
 pub fn check(cfg: &Config, now: DateTime<Utc>) -> Result<DiskReport> {
     let records = crate::ledger::Ledger::new(cfg.ledger_path()).records()?;
-    Ok(measure(cfg, &records, &RealFs, None, now))
+    Ok(measure(cfg, &records, &RealFs, wsl_host(cfg), now))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ pub mod clean;
 pub mod clean_file;
 pub mod disk;
 pub mod flap;
+pub mod prune;
 pub mod regress;
 
 use serde::Serialize;
