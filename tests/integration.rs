@@ -3,5 +3,7 @@
 mod util;
 
 mod cli;
+mod hygiene;
 mod ledger;
 mod publish;
+mod quarantine;
