@@ -5,14 +5,17 @@ pub mod checkpoints;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod critic;
 pub mod digest;
 pub mod exit;
 pub mod gpu;
 pub mod hygiene;
 pub mod ledger;
+pub mod metrics;
 pub mod out;
 pub mod publish;
 pub mod quarantine;
+pub mod schedule;
 pub mod sys;
 
 use clap::Parser;
