@@ -285,3 +285,148 @@ fn flap_reports_the_flapping_check() {
     env.run(&["hygiene", "flap", "--ledger", "l.jsonl", "--run", "other"])
         .expect(3);
 }
+
+fn jsonl_log(env: &Env, name: &str, tps: impl Fn(u64) -> f64) {
+    let text: String = (0..60u64)
+        .map(|i| {
+            let step = i * 10;
+            format!(
+                "{{\"step\": {step}, \"loss\": {}, \"tokens_per_s\": {}, \"grad_norm\": 1.0}}\n",
+                4.0 - step as f64 / 1000.0,
+                tps(step)
+            )
+        })
+        .collect();
+    env.write(name, text);
+}
+
+#[test]
+fn regress_against_a_baseline_log() {
+    let env = Env::new();
+    jsonl_log(&env, "base.jsonl", |_| 50_000.0);
+    jsonl_log(&env, "same.jsonl", |_| 49_000.0);
+    jsonl_log(&env, "slow.jsonl", |s| {
+        if s >= 400 {
+            40_000.0
+        } else {
+            50_000.0
+        }
+    });
+    env.run(&[
+        "hygiene",
+        "regress",
+        "--baseline",
+        "base.jsonl",
+        "--log",
+        "same.jsonl",
+    ])
+    .expect(0)
+    .stdout_has("regress: pass");
+    let r = env
+        .run(&[
+            "hygiene",
+            "regress",
+            "--baseline",
+            "base.jsonl",
+            "--log",
+            "slow.jsonl",
+        ])
+        .expect(2);
+    assert!(
+        r.stdout().contains("fail    tokens_per_s"),
+        "{}",
+        r.report()
+    );
+    assert!(
+        r.stdout().contains("step 400: 40000 vs 50000 (-20.0%)"),
+        "{}",
+        r.report()
+    );
+    let r = env
+        .run(&[
+            "hygiene",
+            "regress",
+            "--baseline",
+            "base.jsonl",
+            "--log",
+            "slow.jsonl",
+            "--json",
+        ])
+        .expect(2);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout()).unwrap();
+    assert_eq!(v["metrics"][1]["regressed_count"], 20);
+    env.run(&[
+        "hygiene",
+        "regress",
+        "--baseline",
+        "nope.jsonl",
+        "--log",
+        "slow.jsonl",
+    ])
+    .expect(3)
+    .stderr_has("nope.jsonl");
+}
+
+#[test]
+fn regress_against_a_baseline_ledger() {
+    let env = Env::new();
+    jsonl_log(&env, "slow.jsonl", |s| {
+        if s >= 400 {
+            40_000.0
+        } else {
+            50_000.0
+        }
+    });
+    let ledger = Ledger::new(env.path("base-ledger.jsonl"));
+    // The baseline's critic archived 10-sample windows every 100 steps.
+    for tick in 1..6u64 {
+        let window: Vec<serde_json::Value> = (0..10u64)
+            .map(|i| {
+                let step = tick * 100 + i * 10;
+                serde_json::json!({"step": step, "values": {"loss": 4.0 - step as f64 / 1000.0, "tokens_per_s": 50000.0}})
+            })
+            .collect();
+        ledger
+            .append(
+                Entry::new(Kind::Verdict, "critic", "base")
+                    .step(Some(tick * 100 + 90))
+                    .field("status", "pass")
+                    .field("observation", serde_json::json!({"window": window})),
+                Utc::now(),
+            )
+            .unwrap();
+    }
+    let r = env
+        .run(&[
+            "hygiene",
+            "regress",
+            "--baseline",
+            "base-ledger.jsonl",
+            "--log",
+            "slow.jsonl",
+        ])
+        .expect(2);
+    assert!(
+        r.stdout()
+            .contains("baseline base-ledger.jsonl: 50 samples"),
+        "{}",
+        r.report()
+    );
+    let empty = Ledger::new(env.path("empty-ledger.jsonl"));
+    empty
+        .append(
+            Entry::new(Kind::Note, "ledger", "x").field("message", "hi"),
+            Utc::now(),
+        )
+        .unwrap();
+    env.run(&[
+        "hygiene",
+        "regress",
+        "--baseline",
+        "empty-ledger.jsonl",
+        "--log",
+        "slow.jsonl",
+    ])
+    .expect(3)
+    .stderr_has("give the baseline run's metrics log instead");
+}

@@ -5,7 +5,7 @@ use crate::cli::Global;
 use crate::config::units::{format_bytes, format_duration};
 use crate::config::{self, Config};
 use crate::exit::Role;
-use crate::hygiene::{clean, clean_file, disk, flap, prune, Status};
+use crate::hygiene::{baseline, clean, clean_file, disk, flap, prune, regress, Status};
 use crate::ledger::{Kind, Ledger, Record};
 use crate::outln;
 use anyhow::{Context, Result};
@@ -33,6 +33,11 @@ pub enum HygieneAction {
     /// [hygiene] flap_window verdicts, with high/low hysteresis). Exit 0 none, 1 some flap,
     /// 3 no verdicts.
     Flap(FlapArgs),
+    /// Compare this run with a baseline run at matching steps (loss, tokens/s, grad norm;
+    /// running-median smoothed, baseline interpolated): the steps and numbers where it is
+    /// worse beyond the [hygiene] regress_* margins. Exit 0 ok, 1 regressed earlier but not
+    /// now, 2 regressed over the latest steps, 3 too few matching steps.
+    Regress(RegressArgs),
 }
 
 #[derive(Debug, Args)]
@@ -82,6 +87,31 @@ pub struct FlapArgs {
     pub json: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct RegressArgs {
+    /// The baseline: another run's metrics log (read like this run's), or its roger ledger
+    /// (the samples archived in its verdicts' observation windows).
+    #[arg(long, value_name = "LOG_OR_LEDGER")]
+    pub baseline: PathBuf,
+    /// Only this run's verdicts when the baseline is a ledger.
+    #[arg(long, value_name = "NAME")]
+    pub baseline_run: Option<String>,
+    /// This run's metrics log (default: [run] log).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Log format of both logs (default: [run] format, else jsonl).
+    #[arg(long, value_parser = parse_format)]
+    pub format: Option<config::LogFormat>,
+    /// One JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_format(s: &str) -> Result<config::LogFormat, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string()))
+        .map_err(|_| format!("unknown format {s:?}; expected jsonl, csv, text or hf-trainer-state"))
+}
+
 /// Judging actions map errors to unknown (3); cleaning is an action (1 = not done).
 pub fn role(args: &HygieneArgs) -> Role {
     match args.action {
@@ -95,6 +125,7 @@ pub fn run(global: &Global, args: HygieneArgs) -> Result<u8> {
         HygieneAction::Disk(a) => run_disk(global, a),
         HygieneAction::Clean(a) => run_clean(a),
         HygieneAction::Flap(a) => run_flap(global, a),
+        HygieneAction::Regress(a) => run_regress(global, a),
     }
 }
 
@@ -354,4 +385,64 @@ fn run_flap(global: &Global, a: FlapArgs) -> Result<u8> {
         );
     }
     Ok(status.exit_code())
+}
+
+fn run_regress(global: &Global, a: RegressArgs) -> Result<u8> {
+    let cfg = config::discover(global.config.as_deref())?;
+    let metrics = cfg.as_ref().map(|c| c.metrics.clone()).unwrap_or_default();
+    let hcfg = cfg.as_ref().map(|c| c.hygiene.clone()).unwrap_or_default();
+    let format = a
+        .format
+        .or(cfg.as_ref().map(|c| c.run.format))
+        .unwrap_or(config::LogFormat::Jsonl);
+    let log = match a
+        .log
+        .or_else(|| cfg.as_ref().and_then(|c| c.run.log.clone()))
+    {
+        Some(l) => l,
+        None => {
+            anyhow::bail!("no log for this run: pass --log FILE, or a config whose [run] names it")
+        }
+    };
+    let current = baseline::from_log(&log, format, &metrics)?;
+    let base = if baseline::is_ledger(&a.baseline)? {
+        baseline::from_ledger(&a.baseline, a.baseline_run.as_deref())?
+    } else {
+        baseline::from_log(&a.baseline, format, &metrics)?
+    };
+    let report = regress::compare(&current, &base, &hcfg);
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::json!({"status": report.status, "log": log, "baseline": a.baseline,
+                "samples": current.len(), "baseline_samples": base.len(), "metrics": report.metrics})
+        );
+        return Ok(report.status.exit_code());
+    }
+    outln!(
+        "regress: {} ({} samples vs baseline {}: {} samples)",
+        report.status,
+        current.len(),
+        a.baseline.display(),
+        base.len()
+    );
+    for m in &report.metrics {
+        outln!("  {:<7} {:<12} {}", m.status.as_str(), m.metric, m.reason);
+        for r in m.regressed.iter().take(5) {
+            outln!(
+                "            step {}: {} vs {} ({:+.1}%)",
+                r.step,
+                r.value,
+                r.baseline,
+                r.change * 100.0
+            );
+        }
+        if m.regressed_count > 5 {
+            outln!(
+                "            ... {} more (see --json)",
+                m.regressed_count - 5
+            );
+        }
+    }
+    Ok(report.status.exit_code())
 }

@@ -2,6 +2,7 @@
 //! checks and regressions against a baseline run. Decisions are pure functions here; the
 //! measuring and file edges are small and named.
 
+pub mod baseline;
 pub mod clean;
 pub mod clean_file;
 pub mod disk;
