@@ -193,26 +193,36 @@ fn prune_until_goal_sparing_latest_last_good_and_quarantined() {
         "suspect",
     ])
     .expect(0);
+    // Someone pointed latest.json back at the oldest checkpoint (a rollback by hand).
+    let latest = env
+        .read("ck/latest.json")
+        .replace("ckpt-400.bin", "ckpt-100.bin");
+    env.write("ck/latest.json", latest);
     let r = env
         .run(&["hygiene", "disk", "--prune", "--dry-run"])
         .expect(0);
     let out = r.stdout();
     assert!(
-        out.contains("would remove 2 checkpoint(s)"),
+        out.contains("would remove 1 checkpoint(s)"),
         "{}",
         r.report()
     );
     assert!(out.contains("NOT reachable"), "{}", r.report());
-    assert!(out.contains("ckpt-400.bin: latest.json points to it"));
+    assert!(
+        out.contains("ckpt-100.bin: latest.json points to it"),
+        "{}",
+        r.report()
+    );
+    assert!(out.contains("ckpt-400.bin: the last good checkpoint"));
     assert!(out.contains("ckpt-200.bin: quarantined"));
     assert!(
-        env.path("ck/ckpt-100.bin").exists(),
+        env.path("ck/ckpt-300.bin").exists(),
         "dry run removes nothing"
     );
     env.run(&["hygiene", "disk", "--prune"])
         .expect(0)
-        .stdout_has("removed 2 checkpoint(s)");
-    assert!(!env.path("ck/ckpt-100.bin").exists());
+        .stdout_has("removed 1 checkpoint(s)");
+    assert!(env.path("ck/ckpt-100.bin").exists());
     assert!(!env.path("ck/ckpt-300.bin").exists());
     assert!(env.path("ck/ckpt-400.bin").exists());
     let tail = env
@@ -223,12 +233,13 @@ fn prune_until_goal_sparing_latest_last_good_and_quarantined() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(prunes.len(), 2);
+    assert_eq!(prunes.len(), 1);
     assert_eq!(prunes[0]["source"], "hygiene");
+    assert_eq!(prunes[0]["step"], 300);
     assert!(prunes[0]["path"]
         .as_str()
         .unwrap()
-        .ends_with("ck/ckpt-100.bin"));
+        .ends_with("ck/ckpt-300.bin"));
     assert_eq!(prunes[0]["size"], 11);
     env.run(&["ledger", "verify"]).expect(0);
 }

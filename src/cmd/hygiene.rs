@@ -172,7 +172,10 @@ fn plan_prune(
     report: &disk::DiskReport,
 ) -> Result<prune::PrunePlan> {
     let dir = cfg.checkpoint_dir()?;
-    let latest = crate::publish::manifest::read(&dir)?.map(|l| l.target(&dir));
+    // Ledger paths are absolute: compare like with like, or latest.json's target would not
+    // match its own publish record.
+    let abs_dir = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+    let latest = crate::publish::manifest::read(&dir)?.map(|l| l.target(&abs_dir));
     let prot = prune::protected(
         records,
         &cfg.run.name,
@@ -206,21 +209,24 @@ fn print_disk(r: &disk::DiskReport) {
         let rate = t
             .bytes_per_hour
             .map_or("-".into(), |b| format!("{:+}/h", signed_bytes(b)));
-        let same = t
-            .same_fs_as
-            .as_ref()
-            .map_or(String::new(), |s| format!(" (same filesystem as {s})"));
-        outln!(
-            "  {:<7} {:<11} {}{same}",
-            t.status.as_str(),
-            t.role,
-            t.path.display()
-        );
-        outln!(
-            "          {space}, {rate}, {}: {}",
-            hours(t.hours_to_full),
-            t.reason
-        );
+        match &t.same_fs_as {
+            Some(first) => outln!(
+                "  {:<7} {:<11} {} (same filesystem as {first})",
+                t.status.as_str(),
+                t.role,
+                t.path.display()
+            ),
+            None => {
+                outln!(
+                    "  {:<7} {:<11} {}: {}",
+                    t.status.as_str(),
+                    t.role,
+                    t.path.display(),
+                    t.reason
+                );
+                outln!("          {space}, {rate}, {}", hours(t.hours_to_full));
+            }
+        }
     }
     match &r.growth {
         Some(g) => outln!(
@@ -232,7 +238,10 @@ fn print_disk(r: &disk::DiskReport) {
             format_bytes(g.pruned_bytes_per_hour as u64),
             signed_bytes(g.net_bytes_per_hour)
         ),
-        None => outln!("growth: unknown (fewer than 2 recent publish records in the ledger)"),
+        None => outln!(
+            "growth: unknown (fewer than 2 publish records, or none for over {} cadences: not publishing now)",
+            disk::IDLE_CADENCES
+        ),
     }
 }
 
