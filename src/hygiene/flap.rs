@@ -45,7 +45,11 @@ pub fn score(statuses: &[&str], window: usize) -> f64 {
         }
     };
     let total: f64 = (0..m).map(weight).sum();
-    let changed: f64 = (0..m).filter(|&i| w[i] != w[i + 1]).map(weight).sum();
+    // fold from +0.0: an empty f64 `sum()` is -0.0, which prints as "-0.00".
+    let changed = (0..m)
+        .filter(|&i| w[i] != w[i + 1])
+        .map(weight)
+        .fold(0.0, |a, b| a + b);
     changed / total
 }
 
@@ -150,6 +154,7 @@ mod tests {
     #[test]
     fn steady_scores_zero_alternating_scores_one() {
         assert_eq!(score(&["pass"; 10], 21), 0.0);
+        assert!(score(&["pass"; 10], 21).is_sign_positive());
         let alt: Vec<&str> = (0..21)
             .map(|i| if i % 2 == 0 { "pass" } else { "fail" })
             .collect();

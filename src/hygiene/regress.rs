@@ -169,9 +169,13 @@ pub fn compare_metric(
             });
         }
     }
+    // The earliest of equally bad steps: where it started.
     let worst = regressed
         .iter()
-        .max_by(|a, b| a.change.abs().total_cmp(&b.change.abs()))
+        .fold(None::<&Regressed>, |w, r| match w {
+            Some(w) if w.change.abs() >= r.change.abs() => Some(w),
+            _ => Some(r),
+        })
         .cloned();
     let persistent = flags.len() >= PERSIST && flags[flags.len() - PERSIST..].iter().all(|f| *f);
     let pct = |c: f64| format!("{:+.1}%", c * 100.0);
@@ -301,6 +305,7 @@ mod tests {
         assert_eq!(t.regressed_count, 30);
         assert_eq!(t.regressed.len(), LIST_MAX);
         assert!((t.worst.as_ref().unwrap().change + 0.2).abs() < 1e-9);
+        assert_eq!(t.worst.as_ref().unwrap().step, 200, "the first of equals");
         assert!(t.reason.contains("40000 vs 50000 (-20.0%)"), "{}", t.reason);
         assert_eq!(r.metrics[0].status, Status::Pass);
     }
