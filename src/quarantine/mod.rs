@@ -76,6 +76,19 @@ fn dev_of(path: &Path) -> Result<u64> {
         .dev())
 }
 
+/// Whether `path` (or its nearest existing ancestor) and `qdir` (created if missing) share a
+/// filesystem, i.e. whether [`quarantine_path`] can move `path` there. Publish uses this to
+/// fall back to its own rejected-copies dir when the quarantine is elsewhere.
+pub fn same_filesystem(path: &Path, qdir: &Path) -> Result<bool> {
+    std::fs::create_dir_all(qdir)
+        .with_context(|| format!("creating quarantine dir {}", qdir.display()))?;
+    let existing = path
+        .ancestors()
+        .find(|p| !p.as_os_str().is_empty() && p.exists())
+        .unwrap_or(Path::new("."));
+    Ok(dev_of(existing)? == dev_of(qdir)?)
+}
+
 /// Write meta.json atomically (temp + rename + dir fsync).
 pub fn write_meta(item: &Item) -> Result<()> {
     let dir = item.dir();
