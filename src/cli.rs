@@ -47,6 +47,10 @@ pub enum Command {
     Ledger(cmd::ledger::LedgerArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
+    /// The machine under the run: GPUs (throttling, ECC, XIDs), who holds VRAM (orphans),
+    /// host memory, free space and filesystem kind of every path. Exit 0 ok, 1 warn, 2 fail,
+    /// 3 unknown. `--record F` saves GPU snapshots for `[gpu] source = "replay"`.
+    Probe(cmd::probe::ProbeArgs),
 }
 
 /// Options every subcommand sees, turned into plain values.
@@ -75,6 +79,19 @@ mod tests {
                 "roger", "ledger", "tail", "-n", "5", "--kind", "publish", "--json",
             ],
             &["roger", "completions", "bash"],
+            &["roger", "probe"],
+            &["roger", "probe", "--json", "--no-ledger"],
+            &[
+                "roger",
+                "probe",
+                "--record",
+                "r.json",
+                "--samples",
+                "2",
+                "--every",
+                "10ms",
+            ],
+            &["roger", "probe", "--replay", "r.json", "--source", "replay"],
         ];
         for argv in ok {
             assert!(Cli::try_parse_from(argv).is_ok(), "{argv:?}");
@@ -84,6 +101,9 @@ mod tests {
             &["roger", "ledger", "tail", "-n", "x"],
             &["roger", "completions", "tcsh"],
             &["roger", "-v", "-q", "check"],
+            &["roger", "probe", "--samples", "2"],
+            &["roger", "probe", "--record", "r.json", "--samples", "0"],
+            &["roger", "probe", "--record", "r.json", "--every", "soon"],
         ];
         for argv in bad {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
