@@ -25,6 +25,8 @@ pub struct Holder {
     pub used_memory: Option<u64>,
     pub cmdline: Option<String>,
     pub visible: bool,
+    pub ppid: Option<u32>,
+    pub parent_comm: Option<String>,
     /// Part of a run the ledger knows (a watch/relaunch record names it or an ancestor).
     pub known_run: bool,
     /// Why it looks orphaned, if it does.
@@ -313,8 +315,8 @@ pub fn collect(inputs: &ProbeInputs, reader: &mut dyn GpuReader) -> ProbeReport 
         Err(e) => (None, Some(e.to_string()), false),
     };
     if let Some(e) = &gpu_error {
-        let level = if no_gpu { Level::Info } else { Level::Warn };
-        findings.push(Finding::new(level, "gpu", e.clone()));
+        // Not judged either way: a failed read makes the status "unknown" unless worse is found.
+        findings.push(Finding::new(Level::Info, "gpu", e.clone()));
     }
     let known = known_pids(inputs.cfg.map(|c| c.ledger_path()).as_deref());
     let mut holders = Vec::new();
@@ -336,6 +338,8 @@ pub fn collect(inputs: &ProbeInputs, reader: &mut dyn GpuReader) -> ProbeReport 
                 used_memory: p.used_memory,
                 cmdline: info.cmdline,
                 visible: info.visible,
+                ppid: info.ppid,
+                parent_comm: info.parent_comm,
                 known_run,
                 orphaned,
             });
