@@ -51,6 +51,10 @@ pub enum Command {
     /// host memory, free space and filesystem kind of every path. Exit 0 ok, 1 warn, 2 fail,
     /// 3 unknown. `--record F` saves GPU snapshots for `[gpu] source = "replay"`.
     Probe(cmd::probe::ProbeArgs),
+    /// GEMM TFLOPS per dtype and memory bandwidth against the GPU's dense spec (cuBLAS; CPU
+    /// GFLOPS without a GPU), and MFU arbitration: with --params and the run's tokens/s, says
+    /// whether the GPU or the code is slow. Exit 0 ok, 1 warn, 2 fail, 3 unknown.
+    Bench(cmd::bench::BenchArgs),
 }
 
 /// Options every subcommand sees, turned into plain values.
@@ -92,6 +96,19 @@ mod tests {
                 "10ms",
             ],
             &["roger", "probe", "--replay", "r.json", "--source", "replay"],
+            &[
+                "roger", "bench", "--device", "cpu", "--sizes", "64,128", "--iters", "2",
+            ],
+            &[
+                "roger",
+                "bench",
+                "--dtypes",
+                "bf16,fp16",
+                "--params",
+                "124e6",
+                "--tokens-per-s",
+                "5e4",
+            ],
         ];
         for argv in ok {
             assert!(Cli::try_parse_from(argv).is_ok(), "{argv:?}");
@@ -104,6 +121,8 @@ mod tests {
             &["roger", "probe", "--samples", "2"],
             &["roger", "probe", "--record", "r.json", "--samples", "0"],
             &["roger", "probe", "--record", "r.json", "--every", "soon"],
+            &["roger", "bench", "--device", "tpu"],
+            &["roger", "bench", "--dtypes", "fp8"],
         ];
         for argv in bad {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");

@@ -1,6 +1,7 @@
 //! roger: a guard for long GPU training runs. `run` parses the command line, builds the real
 //! context, dispatches to `cmd/`, and maps the outcome onto the exit-code table.
 
+pub mod bench;
 pub mod checkpoints;
 pub mod cli;
 pub mod cmd;

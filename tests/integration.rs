@@ -2,6 +2,7 @@
 
 mod util;
 
+mod bench;
 mod cli;
 mod ledger;
 mod probe;

@@ -1,5 +1,6 @@
 //! One file per subcommand: turn Args into domain inputs, call the domain, print.
 
+pub mod bench;
 pub mod check;
 pub mod completions;
 pub mod ledger;
@@ -16,6 +17,7 @@ pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
         Command::Ledger(a) => (Role::Actor, ledger::run(global, a)),
         Command::Completions(a) => (Role::Actor, completions::run(a)),
         Command::Probe(a) => (Role::Judge, probe::run(global, a)),
+        Command::Bench(a) => (Role::Judge, bench::run(global, a)),
     }
 }
 
