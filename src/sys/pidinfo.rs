@@ -72,8 +72,18 @@ pub fn pid_info(pid: u32) -> PidInfo {
         ppid: Some(ppid),
         pgid: Some(pgid),
         parent_comm,
-        pgid_leader_alive: Some(proc_root().join(pgid.to_string()).exists()),
+        pgid_leader_alive: Some(leader_alive(pgid)),
     }
+}
+
+/// The group leader lives if /proc/PGID is a process that still leads that group (a PID
+/// reused by an unrelated process is not the leader).
+fn leader_alive(pgid: u32) -> bool {
+    let stat = std::fs::read_to_string(proc_root().join(pgid.to_string()).join("stat"));
+    stat.ok()
+        .as_deref()
+        .and_then(parse_stat)
+        .is_some_and(|(_, g)| g == pgid)
 }
 
 /// The PID's ancestors, nearest first (bounded: a /proc race cannot loop us).
