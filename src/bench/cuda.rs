@@ -217,6 +217,60 @@ pub fn run_worker(
     Ok(out)
 }
 
+/// Run the measurement in a child `roger bench --worker` (with `ld` put first on its
+/// LD_LIBRARY_PATH), bounded by `timeout`; a panic or missing library there is an error here.
+pub fn run_in_child(
+    gpu: usize,
+    sizes: &[usize],
+    iters: usize,
+    dtypes: &[Dtype],
+    timeout: std::time::Duration,
+    ld: Option<&std::path::Path>,
+) -> Result<Measured> {
+    let exe = std::env::current_exe().context("finding roger's own executable")?;
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args([
+        "bench",
+        "--worker",
+        "--no-ledger",
+        "--gpu",
+        &gpu.to_string(),
+    ])
+    .arg(format!(
+        "--sizes={}",
+        sizes
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    ))
+    .arg(format!("--iters={iters}"))
+    .arg(format!(
+        "--dtypes={}",
+        dtypes
+            .iter()
+            .map(|d| d.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    ));
+    if let Some(dir) = ld {
+        cmd.env("LD_LIBRARY_PATH", super::libs::library_path_with(dir));
+    }
+    let o = crate::sys::bounded::run_command(cmd, timeout)?;
+    if !o.success() {
+        let tail: Vec<&str> = o.stderr.lines().rev().take(6).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        anyhow::bail!("the CUDA bench worker failed (exit {:?}); a missing CUDA library or symbol shows here:\n{}", o.code, tail.join("\n"));
+    }
+    let line = o.stdout.lines().last().unwrap_or("");
+    serde_json::from_str(line).map_err(|e| {
+        anyhow!(
+            "the CUDA bench worker printed no result ({e}): {}",
+            o.stdout.trim()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

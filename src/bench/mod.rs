@@ -8,7 +8,9 @@ pub mod libs;
 
 use crate::gpu::checks::{Finding, Level};
 use crate::gpu::spec::{Dtype, Spec};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 /// One dtype at one size: TFLOPS from `iters` timed runs after warm-up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -207,6 +209,26 @@ pub fn arbitrate(
     }
 }
 
+/// The run's throughput from its JSONL log: the median of the last 20 values of `key`.
+/// Deliberately minimal (JSONL, top-level numeric key); swap for `crate::metrics::read_all`
+/// once the metrics module is on this branch.
+pub fn tokens_per_s_from_jsonl(path: &Path, key: &str) -> Result<Option<f64>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the run's log {}", path.display()))?;
+    let mut v: Vec<f64> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|j| j.get(key).and_then(|x| x.as_f64()))
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect();
+    let n = v.len();
+    if n == 0 {
+        return Ok(None);
+    }
+    let mut last = v.split_off(n.saturating_sub(20));
+    Ok(Some(median(&mut last)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,5 +313,26 @@ mod tests {
     fn median_of_even_and_odd() {
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn tokens_per_s_is_the_median_of_the_last_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        let mut text = String::new();
+        for i in 0..30 {
+            text.push_str(&format!(
+                "{{\"step\": {i}, \"tokens_per_s\": {}}}\n",
+                if i < 10 { 1.0 } else { 1000.0 + i as f64 }
+            ));
+        }
+        text.push_str("{\"step\": 31, \"tokens_per_s\": \"NaN\"}\nnot json\n");
+        std::fs::write(&p, text).unwrap();
+        assert_eq!(
+            tokens_per_s_from_jsonl(&p, "tokens_per_s").unwrap(),
+            Some(1019.5)
+        );
+        assert_eq!(tokens_per_s_from_jsonl(&p, "tps").unwrap(), None);
+        assert!(tokens_per_s_from_jsonl(&dir.path().join("none"), "x").is_err());
     }
 }

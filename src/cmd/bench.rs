@@ -7,7 +7,7 @@ use crate::gpu::checks::{self, Finding, Level};
 use crate::gpu::spec::{self, Dtype};
 use crate::ledger::{Entry, Kind, Ledger};
 use crate::outln;
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use std::path::Path;
@@ -128,7 +128,19 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
         };
         let gpu_cfg = cfg.as_ref().map(|c| c.gpu.clone()).unwrap_or_default();
         let before = crate::gpu::open_reader(&gpu_cfg).read().ok();
-        let m = run_child(&args, &bc, ld.as_deref())?;
+        let sizes = if args.sizes.is_empty() {
+            bc.sizes.clone()
+        } else {
+            args.sizes.clone()
+        };
+        let m = bench::cuda::run_in_child(
+            args.gpu,
+            &sizes,
+            args.iters.unwrap_or(bc.iters),
+            &args.dtypes,
+            args.timeout,
+            ld.as_deref(),
+        )?;
         // Read again right after the load: throttle reasons under load are the telling ones.
         let after = crate::gpu::open_reader(&gpu_cfg).read().ok();
         if let Some(s) = after.as_ref().or(before.as_ref()) {
@@ -272,88 +284,6 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
     Ok(report.exit_code)
 }
 
-fn run_child(
-    args: &BenchArgs,
-    bc: &crate::config::BenchConfig,
-    ld: Option<&Path>,
-) -> Result<Measured> {
-    let exe = std::env::current_exe().context("finding roger's own executable")?;
-    let sizes = if args.sizes.is_empty() {
-        bc.sizes.clone()
-    } else {
-        args.sizes.clone()
-    };
-    let mut cmd = std::process::Command::new(&exe);
-    cmd.args([
-        "bench",
-        "--worker",
-        "--no-ledger",
-        "--gpu",
-        &args.gpu.to_string(),
-    ])
-    .arg(format!(
-        "--sizes={}",
-        sizes
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    ))
-    .arg(format!("--iters={}", args.iters.unwrap_or(bc.iters)))
-    .arg(format!(
-        "--dtypes={}",
-        args.dtypes
-            .iter()
-            .map(|d| d.as_str())
-            .collect::<Vec<_>>()
-            .join(",")
-    ));
-    if let Some(dir) = ld {
-        cmd.env("LD_LIBRARY_PATH", libs::library_path_with(dir));
-    }
-    let o = crate::sys::bounded::run_command(cmd, args.timeout)?;
-    if !o.success() {
-        let tail: String = o
-            .stderr
-            .lines()
-            .rev()
-            .take(6)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n");
-        bail!("the CUDA bench worker failed (exit {:?}); a missing CUDA library or symbol shows here:\n{tail}", o.code);
-    }
-    let line = o.stdout.lines().last().unwrap_or("");
-    serde_json::from_str(line).map_err(|e| {
-        anyhow!(
-            "the CUDA bench worker printed no result ({e}): {}",
-            o.stdout.trim()
-        )
-    })
-}
-
-/// The run's throughput from its JSONL log: the median of the last 20 values of `key`.
-/// Deliberately minimal (JSONL, top-level numeric key); swap for `crate::metrics::read_all`
-/// once the metrics module is on this branch.
-pub fn tokens_per_s_from_jsonl(path: &Path, key: &str) -> Result<Option<f64>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the run's log {}", path.display()))?;
-    let mut v: Vec<f64> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|j| j.get(key).and_then(|x| x.as_f64()))
-        .filter(|x| x.is_finite() && *x > 0.0)
-        .collect();
-    let n = v.len();
-    if n == 0 {
-        return Ok(None);
-    }
-    let mut last = v.split_off(n.saturating_sub(20));
-    Ok(Some(bench::median(&mut last)))
-}
-
 fn arbitrate(
     args: &BenchArgs,
     cfg: Option<&crate::config::Config>,
@@ -373,7 +303,7 @@ fn arbitrate(
                 .clone()
                 .map(|l| (l, c.metrics.tokens_per_s.clone()))
         }) {
-            Some((log, key)) if log.exists() => tokens_per_s_from_jsonl(&log, &key)?,
+            Some((log, key)) if log.exists() => bench::tokens_per_s_from_jsonl(&log, &key)?,
             _ => None,
         },
     };
@@ -482,30 +412,4 @@ fn print_human(r: &BenchReport) {
         outln!("{:<5} {}: {}", f.level.as_str(), f.check, f.message);
     }
     outln!("bench: {}", r.status);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_per_s_is_the_median_of_the_last_values() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("log.jsonl");
-        let mut text = String::new();
-        for i in 0..30 {
-            text.push_str(&format!(
-                "{{\"step\": {i}, \"tokens_per_s\": {}}}\n",
-                if i < 10 { 1.0 } else { 1000.0 + i as f64 }
-            ));
-        }
-        text.push_str("{\"step\": 31, \"tokens_per_s\": \"NaN\"}\nnot json\n");
-        std::fs::write(&p, text).unwrap();
-        assert_eq!(
-            tokens_per_s_from_jsonl(&p, "tokens_per_s").unwrap(),
-            Some(1019.5)
-        );
-        assert_eq!(tokens_per_s_from_jsonl(&p, "tps").unwrap(), None);
-        assert!(tokens_per_s_from_jsonl(&dir.path().join("none"), "x").is_err());
-    }
 }
