@@ -56,6 +56,14 @@ pub enum Command {
     /// Set suspect items aside (moved, never copied) until a trial proves them good:
     /// add, list, show, prove, release, purge, and scan the run's outputs.
     Quarantine(cmd::quarantine::QuarantineArgs),
+    /// The machine under the run: GPUs (throttling, ECC, XIDs), who holds VRAM (orphans),
+    /// host memory, free space and filesystem kind of every path. Exit 0 ok, 1 warn, 2 fail,
+    /// 3 unknown. `--record F` saves GPU snapshots for `[gpu] source = "replay"`.
+    Probe(cmd::probe::ProbeArgs),
+    /// GEMM TFLOPS per dtype and memory bandwidth against the GPU's dense spec (cuBLAS; CPU
+    /// GFLOPS without a GPU), and MFU arbitration: with --params and the run's tokens/s, says
+    /// whether the GPU or the code is slow. Exit 0 ok, 1 warn, 2 fail, 3 unknown.
+    Bench(cmd::bench::BenchArgs),
 }
 
 /// Options every subcommand sees, turned into plain values.
@@ -182,6 +190,32 @@ mod tests {
                 "--since",
                 "1700000000",
             ],
+            &["roger", "probe"],
+            &["roger", "probe", "--json", "--no-ledger"],
+            &[
+                "roger",
+                "probe",
+                "--record",
+                "r.json",
+                "--samples",
+                "2",
+                "--every",
+                "10ms",
+            ],
+            &["roger", "probe", "--replay", "r.json", "--source", "replay"],
+            &[
+                "roger", "bench", "--device", "cpu", "--sizes", "64,128", "--iters", "2",
+            ],
+            &[
+                "roger",
+                "bench",
+                "--dtypes",
+                "bf16,fp16",
+                "--params",
+                "124e6",
+                "--tokens-per-s",
+                "5e4",
+            ],
         ];
         for argv in ok {
             assert!(Cli::try_parse_from(argv).is_ok(), "{argv:?}");
@@ -219,6 +253,11 @@ mod tests {
                 "--since",
                 "2026-01-02T03:04:05Z",
             ],
+            &["roger", "probe", "--samples", "2"],
+            &["roger", "probe", "--record", "r.json", "--samples", "0"],
+            &["roger", "probe", "--record", "r.json", "--every", "soon"],
+            &["roger", "bench", "--device", "tpu"],
+            &["roger", "bench", "--dtypes", "fp8"],
         ];
         for argv in bad {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");

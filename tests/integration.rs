@@ -2,8 +2,10 @@
 
 mod util;
 
+mod bench;
 mod cli;
 mod hygiene;
 mod ledger;
+mod probe;
 mod publish;
 mod quarantine;

@@ -1,9 +1,11 @@
 //! One file per subcommand: turn Args into domain inputs, call the domain, print.
 
+pub mod bench;
 pub mod check;
 pub mod completions;
 pub mod hygiene;
 pub mod ledger;
+pub mod probe;
 pub mod publish;
 pub mod quarantine;
 
@@ -20,6 +22,8 @@ pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
         Command::Publish(a) => (Role::Actor, publish::run(global, a)),
         Command::Hygiene(a) => (hygiene::role(&a), hygiene::run(global, a)),
         Command::Quarantine(a) => (quarantine::role(&a), quarantine::run(global, a)),
+        Command::Probe(a) => (Role::Judge, probe::run(global, a)),
+        Command::Bench(a) => (Role::Judge, bench::run(global, a)),
     }
 }
 

@@ -154,10 +154,15 @@ fn open_auto() -> Box<dyn GpuReader> {
     };
     match smi::SmiGpu::find() {
         Ok(r) => Box::new(r),
-        Err(smi_err) => Box::new(FailedGpu(match nvml_err {
-            GpuError::NoGpu(w) => GpuError::NoGpu(format!("{w}; {smi_err}")),
-            GpuError::Failed(w) => GpuError::Failed(format!("{w}; {smi_err}")),
-        })),
+        Err(smi_err) => {
+            let smi_err = match smi_err {
+                GpuError::NoGpu(w) | GpuError::Failed(w) => w,
+            };
+            Box::new(FailedGpu(match nvml_err {
+                GpuError::NoGpu(w) => GpuError::NoGpu(format!("{w}; {smi_err}")),
+                GpuError::Failed(w) => GpuError::Failed(format!("{w}; {smi_err}")),
+            }))
+        }
     }
 }
 

@@ -3,9 +3,9 @@
 //! Names are matched longest pattern first, on word boundaries, so "A100" is not taken for
 //! "A10" and "H100 PCIe" is not taken for "H100".
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     Fp32,

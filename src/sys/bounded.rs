@@ -23,8 +23,15 @@ impl Output {
 
 /// Run `program args...`, killing it after `limit`. Spawn failure and timeout are errors.
 pub fn run(program: &Path, args: &[&str], limit: Duration) -> Result<Output> {
-    let mut child = Command::new(program)
-        .args(args)
+    let mut c = Command::new(program);
+    c.args(args);
+    run_command(c, limit)
+}
+
+/// Run a prepared command (its env and args set by the caller), killing it after `limit`.
+pub fn run_command(mut cmd: Command, limit: Duration) -> Result<Output> {
+    let program = std::path::PathBuf::from(cmd.get_program());
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -6,6 +6,7 @@ pub mod clock;
 pub mod disk;
 pub mod fskind;
 pub mod host;
+pub mod pidinfo;
 pub mod wsl;
 
 pub use clock::{Clock, FakeClock, SystemClock};
