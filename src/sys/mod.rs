@@ -3,5 +3,6 @@
 
 pub mod clock;
 pub mod disk;
+pub mod proc;
 
 pub use clock::{Clock, FakeClock, SystemClock};
