@@ -47,6 +47,9 @@ pub enum Command {
     Ledger(cmd::ledger::LedgerArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
+    /// Supervise a training run (or attach to one): tell wedge, grind, zombie and crash apart,
+    /// kill only after a ledger record, relaunch from the last good checkpoint.
+    Watch(cmd::watch::WatchArgs),
 }
 
 /// Options every subcommand sees, turned into plain values.
@@ -75,6 +78,11 @@ mod tests {
                 "roger", "ledger", "tail", "-n", "5", "--kind", "publish", "--json",
             ],
             &["roger", "completions", "bash"],
+            &[
+                "roger", "watch", "--", "python", "train.py", "--resume", "{ckpt}",
+            ],
+            &["roger", "watch", "--pid", "123", "--dry-run", "--json"],
+            &["roger", "watch"],
         ];
         for argv in ok {
             assert!(Cli::try_parse_from(argv).is_ok(), "{argv:?}");
@@ -84,6 +92,8 @@ mod tests {
             &["roger", "ledger", "tail", "-n", "x"],
             &["roger", "completions", "tcsh"],
             &["roger", "-v", "-q", "check"],
+            &["roger", "watch", "--pid", "x"],
+            &["roger", "watch", "--pid", "1", "--", "python"],
         ];
         for argv in bad {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");

@@ -12,6 +12,7 @@ pub mod ledger;
 pub mod out;
 pub mod sentinel;
 pub mod sys;
+pub mod watch;
 
 use clap::Parser;
 use std::ffi::OsString;

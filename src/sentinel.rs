@@ -214,6 +214,10 @@ impl Sentinel {
         *self = Sentinel::new(self.rules.clone(), cal, at);
     }
 
+    pub fn last_step(&self) -> Option<u64> {
+        self.last_step
+    }
+
     /// The stale limit in force for the current step.
     pub fn limit(&self) -> Limit {
         let phase = self.last_step.and_then(|s| {
@@ -250,7 +254,7 @@ impl Sentinel {
         }
         if let Some(step) = self.last_step {
             for (name, every, dur) in &self.rules.quiet {
-                if step > 0 && step % every == 0 && *dur > limit.seconds {
+                if step > 0 && step.is_multiple_of(*every) && *dur > limit.seconds {
                     limit = Limit {
                         seconds: *dur,
                         source: format!("quiet '{name}' at step {step}"),

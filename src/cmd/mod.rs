@@ -3,6 +3,7 @@
 pub mod check;
 pub mod completions;
 pub mod ledger;
+pub mod watch;
 
 use crate::cli::{Command, Global};
 use crate::exit::Role;
@@ -14,6 +15,7 @@ pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
         Command::Check(a) => (Role::Judge, check::run(global, a)),
         Command::Ledger(a) => (Role::Actor, ledger::run(global, a)),
         Command::Completions(a) => (Role::Actor, completions::run(a)),
+        Command::Watch(a) => (Role::Actor, watch::run(global, a)),
     }
 }
 

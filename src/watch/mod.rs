@@ -1,0 +1,486 @@
+//! `roger watch`: supervise (or attach to) a training run, sample it every interval, let the
+//! sentinel classify it, and act — always after a ledger record. This file owns the loop and
+//! sampling; `actions.rs` what happens on wedge, zombie, exit and rollback; `policy.rs` when to
+//! give up; `child.rs` the processes; `resume.rs` where a relaunch resumes.
+
+mod actions;
+pub mod child;
+pub mod logtail;
+pub mod policy;
+pub mod resume;
+pub mod signals;
+
+use crate::config::Config;
+use crate::gpu::{GpuError, GpuReader};
+use crate::ledger::{Entry, Kind, Ledger, Record};
+use crate::sentinel::{self, calibrate, Assessment, GpuObs, Sample, Sentinel, State};
+use crate::sys::proc::ProcFs;
+use anyhow::{Context, Result};
+use nix::sys::signal::Signal;
+use serde::Serialize;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+pub const SOURCE: &str = "watch";
+
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// Start this command and own it.
+    Supervise(Vec<String>),
+    /// Watch a process started elsewhere.
+    Attach(u32),
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub mode: Mode,
+    /// Classify and record, never signal or relaunch.
+    pub dry_run: bool,
+}
+
+/// What the watch tells its printer (human lines or `--json` events).
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    Start {
+        run: String,
+        pid: u32,
+        attached: bool,
+        ledger: String,
+        dry_run: bool,
+    },
+    State {
+        state: State,
+        step: Option<u64>,
+        silent_s: f64,
+        limit_s: f64,
+        limit_source: String,
+        reasons: Vec<String>,
+    },
+    StaleLimit {
+        seconds: f64,
+        longest_gap_s: f64,
+    },
+    Kill {
+        seq: u64,
+        reason: String,
+        pids: Vec<u32>,
+        dry_run: bool,
+    },
+    Stopped {
+        sigterm: Vec<u32>,
+        sigkill: Vec<u32>,
+        survivors: Vec<u32>,
+    },
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+        lived_s: f64,
+    },
+    Relaunch {
+        seq: u64,
+        attempt: u32,
+        ckpt: Option<String>,
+        step: Option<u64>,
+        diverged_at: Option<u64>,
+        backoff_s: f64,
+    },
+    Launched {
+        pid: u32,
+    },
+    Breaker {
+        seq: u64,
+        breaker: String,
+        evidence: String,
+    },
+    Signal {
+        signal: String,
+        forwarded_to: Vec<u32>,
+    },
+    Done {
+        code: u8,
+        reason: String,
+    },
+}
+
+/// The printer side: events, plus a status line every tick.
+pub trait Report {
+    fn event(&mut self, e: &Event);
+    fn tick(&mut self, a: &Assessment);
+}
+
+/// Whether the loop goes on.
+pub(crate) enum Flow {
+    Continue,
+    Exit(u8),
+}
+
+pub(crate) struct Watcher<'a> {
+    pub cfg: &'a Config,
+    pub opts: &'a Options,
+    pub ledger: Ledger,
+    pub run_name: String,
+    pub fs: ProcFs,
+    pub gpu: Box<dyn GpuReader>,
+    pub sig: signals::Signals,
+    pub report: &'a mut dyn Report,
+    pub t0: Instant,
+    /// Relaunch command template (with placeholders).
+    pub template: Vec<String>,
+    pub sentinel: Sentinel,
+    pub log: logtail::LogTail,
+    pub run: child::Run,
+    pub ends: Vec<policy::RunEnd>,
+    pub resumed: Vec<Option<u64>>,
+    pub relaunches: u32,
+    pub slurm_restarts: u32,
+    /// Ledger bytes already looked at for new verdicts.
+    pub ledger_offset: u64,
+    pub start_seq: u64,
+    /// Dry run: the current episode was recorded already.
+    pub recorded_episode: bool,
+    pub run_gpus: Vec<u32>,
+}
+
+/// Run the watch until the run is done, a breaker opens, or roger is told to stop.
+pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8> {
+    let ledger = Ledger::new(cfg.ledger_path());
+    let records = ledger.records()?;
+    let run_name = cfg.run.name.clone();
+    let w = &cfg.watch;
+    let floor = w.interval.as_secs_f64() * (w.hysteresis as f64 + 1.0);
+    let calibration = calibrate::Calibrator::new(
+        w.calibrate_factor,
+        floor,
+        calibrate::prior_gap(&records, &run_name),
+    );
+    let sig = signals::Signals::install()?;
+    child::become_subreaper();
+    let fs = ProcFs::default();
+    let slurm_restarts = std::env::var("SLURM_RESTART_COUNT")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let (template, run) = match &opts.mode {
+        Mode::Supervise(argv) => {
+            let first = resume::choose(
+                &records,
+                &run_name,
+                None,
+                &mut crate::checkpoints::verify_on_disk,
+            );
+            let r = resume::Resume {
+                ckpt: first.chosen,
+                diverged_at: None,
+            };
+            let run = child::spawn(
+                &resume::fill(argv, &r.placeholders()),
+                &child_env(cfg, &r),
+                &fs,
+            )?;
+            (argv.clone(), run)
+        }
+        Mode::Attach(pid) => (w.command.clone(), child::attach(*pid, &fs)?),
+    };
+    let ledger_offset = std::fs::metadata(ledger.path()).map_or(0, |m| m.len());
+    let mut me = Watcher {
+        cfg,
+        opts,
+        run_name,
+        fs,
+        gpu: crate::gpu::open_reader(&cfg.gpu),
+        sig,
+        report,
+        t0: Instant::now(),
+        template,
+        sentinel: Sentinel::new(rules(cfg), calibration, 0.0),
+        log: logtail::LogTail::new(cfg)?,
+        run,
+        ends: Vec::new(),
+        resumed: Vec::new(),
+        relaunches: 0,
+        slurm_restarts,
+        ledger_offset,
+        start_seq: records.last().map_or(0, |r| r.seq),
+        recorded_episode: false,
+        run_gpus: Vec::new(),
+        ledger,
+    };
+    me.start()
+}
+
+/// The relaunched (or first) command's environment: resume variables, and ROGER_CONFIG so
+/// the training's `roger publish` writes to this run's ledger.
+pub(crate) fn child_env(cfg: &Config, r: &resume::Resume) -> Vec<(&'static str, Option<String>)> {
+    let mut env = r.env();
+    if std::env::var_os("ROGER_CONFIG").is_none() {
+        let abs = std::fs::canonicalize(&cfg.path).unwrap_or_else(|_| cfg.path.clone());
+        env.push(("ROGER_CONFIG", Some(abs.display().to_string())));
+    }
+    env
+}
+
+pub fn rules(cfg: &Config) -> sentinel::Rules {
+    let w = &cfg.watch;
+    sentinel::Rules {
+        hysteresis: w.hysteresis,
+        grind_limit: w.grind_limit.as_secs_f64(),
+        stale: w.stale.map(|d| d.as_secs_f64()),
+        phases: cfg
+            .phases
+            .iter()
+            .map(|p| {
+                (
+                    p.from,
+                    p.to,
+                    p.stale.map(|d| d.as_secs_f64()),
+                    p.name.clone(),
+                )
+            })
+            .collect(),
+        quiet: cfg
+            .quiet
+            .iter()
+            .map(|q| (q.name.clone(), q.every, q.duration.as_secs_f64()))
+            .collect(),
+        busy_cpu: w.busy_cpu,
+        busy_io: w.busy_io.0 as f64,
+        gpu_pinned_util: w.gpu_pinned_util,
+        gpu_low_power: w.gpu_low_power,
+    }
+}
+
+impl Watcher<'_> {
+    pub fn record(
+        &self,
+        kind: Kind,
+        step: Option<u64>,
+        fields: Vec<(&str, Value)>,
+    ) -> Result<Record> {
+        let mut e = Entry::new(kind, SOURCE, &self.run_name).step(step);
+        for (k, v) in fields {
+            e = e.field(k, v);
+        }
+        self.ledger.append(e, chrono::Utc::now())
+    }
+
+    pub fn now(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    fn start(&mut self) -> Result<u8> {
+        let w = &self.cfg.watch;
+        self.record(
+            Kind::Watch,
+            None,
+            vec![
+                ("event", "start".into()),
+                (
+                    "mode",
+                    if self.run.attached() {
+                        "attach"
+                    } else {
+                        "supervise"
+                    }
+                    .into(),
+                ),
+                ("pid", self.run.main.pid.into()),
+                ("command", serde_json::to_value(&self.template)?),
+                ("interval_s", w.interval.as_secs_f64().into()),
+                ("hysteresis", w.hysteresis.into()),
+                (
+                    "stale",
+                    w.stale
+                        .map_or("calibrated".to_string(), |d| d.to_string())
+                        .into(),
+                ),
+                ("grind_limit_s", w.grind_limit.as_secs_f64().into()),
+                ("slurm_restart_count", self.slurm_restarts.into()),
+                ("dry_run", self.opts.dry_run.into()),
+            ],
+        )?;
+        let ev = Event::Start {
+            run: self.run_name.clone(),
+            pid: self.run.main.pid,
+            attached: self.run.attached(),
+            ledger: self.ledger.path().display().to_string(),
+            dry_run: self.opts.dry_run,
+        };
+        self.report.event(&ev);
+        let interval = self.cfg.watch.interval.0;
+        let mut next = Instant::now();
+        loop {
+            let sigs = self
+                .sig
+                .wait(next.saturating_duration_since(Instant::now()));
+            let mut chld = false;
+            for s in sigs {
+                match s {
+                    Signal::SIGINT | Signal::SIGTERM => return self.forward(s),
+                    Signal::SIGHUP => tracing::warn!("SIGHUP received: roger keeps watching"),
+                    Signal::SIGCHLD => chld = true,
+                    _ => {}
+                }
+            }
+            if Instant::now() < next && !chld {
+                continue;
+            }
+            next = Instant::now() + interval;
+            let sample = self.sample();
+            let a = self.sentinel.observe(sample);
+            self.report.tick(&a);
+            if a.changed {
+                self.report.event(&Event::State {
+                    state: a.state.clone(),
+                    step: a.last_step,
+                    silent_s: a.silent_s,
+                    limit_s: a.limit.seconds,
+                    limit_source: a.limit.source.clone(),
+                    reasons: a.reasons.clone(),
+                });
+            }
+            self.announce_limit()?;
+            let flow = match self.new_rollback()? {
+                Some(rb) => self.on_rollback(rb, &a)?,
+                None => match &a.state {
+                    State::Exited { code, signal } => self.on_exit(*code, *signal)?,
+                    State::Zombie => self.on_zombie(&a)?,
+                    State::Wedge => self.on_wedge(&a)?,
+                    _ => Flow::Continue,
+                },
+            };
+            if let Flow::Exit(code) = flow {
+                return Ok(code);
+            }
+        }
+    }
+
+    fn sample(&mut self) -> Sample {
+        let proc = self.run.observe(&self.fs);
+        let log = self.log.poll();
+        let gpu = self.gpu_obs();
+        Sample {
+            at: self.now(),
+            log,
+            proc,
+            gpu,
+        }
+    }
+
+    fn gpu_obs(&mut self) -> GpuObs {
+        let snap = match self.gpu.read() {
+            Ok(s) => s,
+            Err(GpuError::NoGpu(why)) => return GpuObs::Absent { why },
+            Err(GpuError::Failed(why)) => return GpuObs::Failed { why },
+        };
+        let pids: Vec<u32> = self.run.seen.iter().map(|p| p.pid).collect();
+        let mine: Vec<&crate::gpu::GpuProcess> = snap
+            .processes
+            .iter()
+            .filter(|p| pids.contains(&p.pid))
+            .collect();
+        // A driver that lists no processes at all cannot attribute: judge every GPU.
+        let gpus: Vec<u32> = if snap.processes.is_empty() {
+            snap.gpus.iter().map(|g| g.index).collect()
+        } else {
+            mine.iter().map(|p| p.gpu).collect()
+        };
+        for g in &gpus {
+            if !self.run_gpus.contains(g) {
+                self.run_gpus.push(*g);
+            }
+        }
+        let busiest = snap
+            .gpus
+            .iter()
+            .filter(|g| gpus.contains(&g.index))
+            .max_by_key(|g| g.util.unwrap_or(0));
+        GpuObs::Read {
+            util: busiest.and_then(|g| g.util).map(f64::from),
+            power_frac: busiest.and_then(|g| match (g.power_w, g.power_limit_w) {
+                (Some(p), Some(l)) if l > 0.0 => Some(p / l),
+                _ => None,
+            }),
+            run_vram: if snap.processes.is_empty() {
+                None
+            } else {
+                snap.memory_of(&pids)
+            },
+        }
+    }
+
+    fn announce_limit(&mut self) -> Result<()> {
+        let calibrated = self.cfg.watch.stale.is_none();
+        if let Some(limit) = self.sentinel.calibration.announce() {
+            let gap = self.sentinel.calibration.longest_gap().unwrap_or(0.0);
+            if calibrated {
+                tracing::info!(
+                    "stale limit calibrated: {limit:.1}s (longest progress gap {gap:.1}s)"
+                );
+            }
+            self.record(
+                Kind::Watch,
+                None,
+                vec![
+                    ("event", calibrate::EVENT.into()),
+                    ("limit_s", limit.into()),
+                    ("longest_gap_s", gap.into()),
+                    ("in_use", calibrated.into()),
+                ],
+            )?;
+            self.report.event(&Event::StaleLimit {
+                seconds: limit,
+                longest_gap_s: gap,
+            });
+        }
+        Ok(())
+    }
+
+    /// New `verdict` records (appended since the last tick) that ask for a rollback.
+    fn new_rollback(&mut self) -> Result<Option<resume::Rollback>> {
+        if self.cfg.watch.rollback_on.is_empty() || self.run.poll_exit(&self.fs).is_some() {
+            return Ok(None);
+        }
+        let path = self.ledger.path();
+        let len = std::fs::metadata(path).map_or(0, |m| m.len());
+        if len <= self.ledger_offset {
+            return Ok(None);
+        }
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f =
+            std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+        f.seek(SeekFrom::Start(self.ledger_offset))?;
+        let mut buf = Vec::new();
+        f.take(len - self.ledger_offset).read_to_end(&mut buf)?;
+        let Some(end) = buf.iter().rposition(|&b| b == b'\n') else {
+            return Ok(None);
+        };
+        self.ledger_offset += end as u64 + 1;
+        let scan = crate::ledger::scan_bytes(&buf[..=end]);
+        Ok(scan
+            .records
+            .iter()
+            .filter(|r| r.seq > self.start_seq)
+            .find_map(|r| resume::rollback_trigger(r, &self.run_name, &self.cfg.watch.rollback_on)))
+    }
+
+    /// Wait up to `d`, returning early with Exit when roger is told to stop.
+    pub fn pause(&mut self, d: Duration) -> Result<Flow> {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            for s in self
+                .sig
+                .wait(until.saturating_duration_since(Instant::now()))
+            {
+                if matches!(s, Signal::SIGINT | Signal::SIGTERM) {
+                    return self.forward(s).map(Flow::Exit);
+                }
+            }
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+pub(crate) fn dur(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
