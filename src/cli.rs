@@ -47,6 +47,9 @@ pub enum Command {
     Ledger(cmd::ledger::LedgerArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
+    /// Publish a checkpoint crash-safely: copy, fsync, verify from disk, rename, latest.json,
+    /// ledger record, retention. `--verify` re-hashes a published one.
+    Publish(cmd::publish::PublishArgs),
     /// Supervise a training run (or attach to one): tell wedge, grind, zombie and crash apart,
     /// kill only after a ledger record, relaunch from the last good checkpoint.
     Watch(cmd::watch::WatchArgs),
@@ -79,6 +82,32 @@ mod tests {
             ],
             &["roger", "completions", "bash"],
             &[
+                "roger",
+                "publish",
+                "ckpt-10.pt",
+                "--to",
+                "ck",
+                "--step",
+                "10",
+            ],
+            &[
+                "roger",
+                "publish",
+                "checkpoint-5/",
+                "--keep-last",
+                "2",
+                "--json",
+            ],
+            &["roger", "publish", "--verify"],
+            &[
+                "roger",
+                "publish",
+                "--verify",
+                "ck/ckpt-10.pt",
+                "--to",
+                "ck",
+            ],
+            &[
                 "roger", "watch", "--", "python", "train.py", "--resume", "{ckpt}",
             ],
             &["roger", "watch", "--pid", "123", "--dry-run", "--json"],
@@ -92,6 +121,10 @@ mod tests {
             &["roger", "ledger", "tail", "-n", "x"],
             &["roger", "completions", "tcsh"],
             &["roger", "-v", "-q", "check"],
+            &["roger", "publish"],
+            &["roger", "publish", "x.pt", "--step", "ten"],
+            &["roger", "publish", "--verify", "--step", "3"],
+            &["roger", "publish", "x.pt", "--no-prune", "--keep-last", "2"],
             &["roger", "watch", "--pid", "x"],
             &["roger", "watch", "--pid", "1", "--", "python"],
         ];

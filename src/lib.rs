@@ -10,6 +10,7 @@ pub mod exit;
 pub mod gpu;
 pub mod ledger;
 pub mod out;
+pub mod publish;
 pub mod sentinel;
 pub mod sys;
 pub mod watch;

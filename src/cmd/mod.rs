@@ -3,6 +3,7 @@
 pub mod check;
 pub mod completions;
 pub mod ledger;
+pub mod publish;
 pub mod watch;
 
 use crate::cli::{Command, Global};
@@ -15,6 +16,7 @@ pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
         Command::Check(a) => (Role::Judge, check::run(global, a)),
         Command::Ledger(a) => (Role::Actor, ledger::run(global, a)),
         Command::Completions(a) => (Role::Actor, completions::run(a)),
+        Command::Publish(a) => (Role::Actor, publish::run(global, a)),
         Command::Watch(a) => (Role::Actor, watch::run(global, a)),
     }
 }
