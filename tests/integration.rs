@@ -5,3 +5,4 @@ mod util;
 mod cli;
 mod ledger;
 mod publish;
+mod watch;

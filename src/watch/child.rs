@@ -166,18 +166,25 @@ impl Run {
         })
     }
 
-    /// Every live process of the run, main first (for a kill).
+    /// Every live process of the run, main first (for a kill): the main process, its tree,
+    /// every process seen in the tree earlier that is still the same process (orphans), and —
+    /// for an attached run that leads its own process group — the rest of that group. A group
+    /// the run does not lead (a shell's, a test runner's) is never scanned or signalled.
     pub fn members(&mut self, fs: &ProcFs) -> Vec<ProcId> {
         let mut v = Vec::new();
         if self.poll_exit(fs).is_none() && proc::same_process(fs, self.main) {
             v.push(self.main);
         }
         v.extend(self.others(fs).unwrap_or_default().iter().map(|s| s.id));
-        if self.attached() && self.poll_exit(fs).is_some() {
-            // The attached run's orphans went to init: find them by process group (one scan).
+        for id in self.seen.clone() {
+            if id != self.main && !v.contains(&id) && alive_as(fs, id) {
+                v.push(id);
+            }
+        }
+        if self.attached() && self.pgid == self.main.pid && self.poll_exit(fs).is_some() {
             for pid in fs.group_members(self.pgid).unwrap_or_default() {
                 if let Ok(Some(st)) = fs.stat(pid) {
-                    if !v.contains(&st.id) {
+                    if !v.contains(&st.id) && st.state != 'Z' {
                         v.push(st.id);
                     }
                 }
@@ -185,6 +192,11 @@ impl Run {
         }
         v
     }
+}
+
+/// Still the same process, and not a zombie.
+pub fn alive_as(fs: &dyn ProcSource, id: ProcId) -> bool {
+    matches!(fs.stat(id.pid), Ok(Some(s)) if s.id.start == id.start && s.state != 'Z' && s.state != 'X')
 }
 
 /// How a stop went.
@@ -223,7 +235,7 @@ pub fn stop(
         targets
             .iter()
             .copied()
-            .filter(|id| matches!(fs.stat(id.pid), Ok(Some(s)) if s.id.start == id.start && s.state != 'Z'))
+            .filter(|id| alive_as(fs, *id))
             .collect()
     };
     while t0.elapsed() < grace && !alive(run).is_empty() {
