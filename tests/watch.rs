@@ -492,3 +492,54 @@ fn watch_needs_something_to_watch() {
         .expect(1)
         .stderr_has("no process with pid");
 }
+
+/// A GPU recording with one GPU at `util`% drawing `power` of a 700 W limit.
+fn gpu_recording(env: &Env, util: u32, power: f64) {
+    env.write(
+        "gpu.json",
+        format!(
+            r#"{{"snapshots": [{{"gpus": [{{"index": 0, "name": "NVIDIA H100", "uuid": "GPU-0",
+                "util": {util}, "power_w": {power}, "power_limit_w": 700.0}}],
+                "processes": [], "source": "nvml"}}]}}"#
+        ),
+    );
+    let toml = env.read("roger.toml").replace(
+        "source = \"none\"",
+        "source = \"replay\"\nreplay = \"gpu.json\"",
+    );
+    env.write("roger.toml", toml);
+}
+
+#[test]
+fn a_silent_run_on_a_hot_gpu_is_grind_until_the_grind_limit() {
+    let env = Env::new();
+    setup(&env, "grind_limit = \"3s\"");
+    let toml = env.read("roger.toml").replace("grind_limit = \"6s\"\n", "");
+    env.write("roger.toml", toml);
+    gpu_recording(&env, 99, 520.0);
+    let args = watch_args(&env, &["--json"], train_argv(&env, &["--wedge-at", "12"]));
+    let run = finish(&env, roger(&env, &args), &args).expect(0);
+    let recs = records(&env);
+    let kill = of(&recs, Kind::Kill)[0];
+    let reasons = kill.get("reasons").unwrap().to_string();
+    assert!(reasons.contains("past the grind limit"), "{}", run.report());
+    assert!(reasons.contains("GPU at 99%"), "{reasons}");
+    run.stdout_has("\"state\":\"grind\"");
+}
+
+#[test]
+fn an_nccl_style_hang_pinned_gpu_at_low_power_is_a_wedge() {
+    let env = Env::new();
+    setup(&env, "");
+    gpu_recording(&env, 100, 90.0);
+    let args = watch_args(&env, &["--json"], train_argv(&env, &["--wedge-at", "12"]));
+    let run = finish(&env, roger(&env, &args), &args).expect(0);
+    let recs = records(&env);
+    let kill = of(&recs, Kind::Kill)[0];
+    let reasons = kill.get("reasons").unwrap().to_string();
+    assert!(reasons.contains("NCCL-style hang"), "{}", run.report());
+    assert!(
+        !reasons.contains("grind limit") && reasons.contains("idle"),
+        "a spin is not work: no grind allowance\n{reasons}"
+    );
+}
