@@ -1,6 +1,7 @@
 //! Benchmark: what `roger watch` itself costs. Starts the (release) roger watching
 //! `fake_train` with `[watch] interval = "1s"`, and every second reads roger's own
-//! /proc/PID/stat (utime + stime, not its children's) and /proc/PID/status (VmRSS, VmHWM).
+//! /proc/PID/stat (utime + stime, not its children's), /proc/PID/schedstat (CPU ns) and
+//! /proc/PID/status (VmRSS, VmHWM).
 //! Prints CPU % of one core and RSS over the window.
 //!
 //! ```sh
@@ -17,6 +18,16 @@ fn stat_cpu_ticks(pid: u32) -> Option<u64> {
     let rest: Vec<&str> = s[s.rfind(')')? + 1..].split_whitespace().collect();
     // Fields 14 and 15 (utime, stime); rest[0] is field 3.
     Some(rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Nanoseconds on CPU (all threads), from /proc/PID/schedstat: finer than clock ticks.
+fn schedstat_ns(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn status_kib(pid: u32, key: &str) -> Option<u64> {
@@ -77,6 +88,7 @@ fn main() {
     std::thread::sleep(Duration::from_secs(3)); // past start-up
     let t0 = Instant::now();
     let c0 = stat_cpu_ticks(pid).expect("roger stat");
+    let ns0 = schedstat_ns(pid);
     let mut rss = Vec::new();
     let mut per_second = Vec::new();
     let mut last = c0;
@@ -89,6 +101,9 @@ fn main() {
     }
     let wall = t0.elapsed().as_secs_f64();
     let cpu_pct = (last - c0) as f64 / ticks / wall * 100.0;
+    let ns_pct = schedstat_ns(pid)
+        .zip(ns0)
+        .map(|(b, a)| (b - a) as f64 / 1e9 / wall * 100.0);
     let hwm = status_kib(pid, "VmHWM:").unwrap_or(0);
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
@@ -103,6 +118,9 @@ fn main() {
         "  CPU: {cpu_pct:.3}% of one core on average ({} ticks of 10 ms; busiest second {max_sec:.1}%)",
         last - c0
     );
+    if let Some(p) = ns_pct {
+        println!("  CPU (schedstat, ns resolution): {p:.3}% of one core");
+    }
     println!(
         "  RSS: mean {:.1} MiB, max {:.1} MiB, peak (VmHWM) {:.1} MiB",
         mean_rss / 1024.0,

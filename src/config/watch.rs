@@ -44,7 +44,8 @@ pub struct WatchConfig {
     pub rollback_on: Vec<String>,
     /// Steps before the divergence to roll back to at least.
     pub rollback_margin_steps: u64,
-    /// Run the disk check each tick.
+    /// Each tick, record (once) when free space where checkpoints go drops below
+    /// `[disk] fail_free`.
     pub disk_check: bool,
     /// CPU use of the run's process tree, as a fraction of one core, that counts as busy.
     pub busy_cpu: f64,

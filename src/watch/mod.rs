@@ -140,6 +140,8 @@ pub(crate) struct Watcher<'a> {
     /// Dry run: the current episode was recorded already.
     pub recorded_episode: bool,
     pub run_gpus: Vec<u32>,
+    /// A low-disk record was written and space has not recovered since.
+    pub disk_low: bool,
 }
 
 /// Run the watch until the run is done, a breaker opens, or roger is told to stop.
@@ -204,6 +206,7 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         start_seq: records.last().map_or(0, |r| r.seq),
         recorded_episode: false,
         run_gpus: Vec::new(),
+        disk_low: false,
         ledger,
     };
     me.start()
@@ -340,6 +343,9 @@ impl Watcher<'_> {
                 });
             }
             self.announce_limit()?;
+            if self.cfg.watch.disk_check {
+                self.check_disk()?;
+            }
             let flow = match self.new_rollback()? {
                 Some(rb) => self.on_rollback(rb, &a)?,
                 None => match &a.state {
@@ -436,6 +442,43 @@ impl Watcher<'_> {
         Ok(())
     }
 
+    /// `[watch] disk_check`: free space where checkpoints go; below `[disk] fail_free` it is
+    /// recorded once (and again only after recovering above `warn_free`). Never an action.
+    fn check_disk(&mut self) -> Result<()> {
+        let dir = self
+            .cfg
+            .run
+            .checkpoint_dir
+            .clone()
+            .unwrap_or_else(|| self.cfg.base_dir());
+        let Ok(space) = crate::sys::disk::space_of(&dir) else {
+            return Ok(());
+        };
+        let d = &self.cfg.disk;
+        if space.avail < d.fail_free.0 && !self.disk_low {
+            self.disk_low = true;
+            tracing::warn!(
+                "{}: only {} free (fail_free {})",
+                dir.display(),
+                crate::sentinel::human_bytes(space.avail as f64),
+                d.fail_free
+            );
+            self.record(
+                Kind::Watch,
+                self.sentinel.last_step(),
+                vec![
+                    ("event", "disk_low".into()),
+                    ("path", dir.display().to_string().into()),
+                    ("avail", space.avail.into()),
+                    ("fail_free", d.fail_free.0.into()),
+                ],
+            )?;
+        } else if space.avail >= d.warn_free.0 {
+            self.disk_low = false;
+        }
+        Ok(())
+    }
+
     /// New `verdict` records (appended since the last tick) that ask for a rollback.
     fn new_rollback(&mut self) -> Result<Option<resume::Rollback>> {
         if self.cfg.watch.rollback_on.is_empty() || self.run.poll_exit(&self.fs).is_some() {
@@ -457,10 +500,17 @@ impl Watcher<'_> {
         };
         self.ledger_offset += end as u64 + 1;
         let scan = crate::ledger::scan_bytes(&buf[..=end]);
+        // A verdict about a step this launch has not reached is about the data before a
+        // rollback: stale, not a new divergence.
+        let reached = self.sentinel.last_step();
         Ok(scan
             .records
             .iter()
             .filter(|r| r.seq > self.start_seq)
+            .filter(|r| match (r.step, reached) {
+                (Some(v), Some(l)) => v <= l,
+                _ => true,
+            })
             .find_map(|r| resume::rollback_trigger(r, &self.run_name, &self.cfg.watch.rollback_on)))
     }
 
