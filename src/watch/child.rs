@@ -4,7 +4,7 @@
 //! signal after an identity check (pid + start time), never outside the run's tree.
 
 use crate::sentinel::{Main, ProcObs};
-use crate::sys::proc::{self, ProcFs, ProcId, ProcSource, ProcStat};
+use crate::sys::proc::{self, ProcId, ProcSource, ProcStat};
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::Signal;
 use serde::Serialize;
@@ -30,7 +30,7 @@ pub fn become_subreaper() {
     }
 }
 
-pub fn spawn(argv: &[String], env: &[(&str, Option<String>)], fs: &ProcFs) -> Result<Run> {
+pub fn spawn(argv: &[String], env: &[(&str, Option<String>)], fs: &dyn ProcSource) -> Result<Run> {
     let Some((prog, args)) = argv.split_first() else {
         bail!("no command to run: give one after `--` or set [watch] command");
     };
@@ -57,7 +57,7 @@ pub fn spawn(argv: &[String], env: &[(&str, Option<String>)], fs: &ProcFs) -> Re
     })
 }
 
-pub fn attach(pid: u32, fs: &ProcFs) -> Result<Run> {
+pub fn attach(pid: u32, fs: &dyn ProcSource) -> Result<Run> {
     let st = fs
         .stat(pid)?
         .with_context(|| format!("no process with pid {pid}"))?;
@@ -80,7 +80,7 @@ impl Run {
     }
 
     /// Has the main process ended? Reaps it when it is ours.
-    pub fn poll_exit(&mut self, fs: &ProcFs) -> Option<(Option<i32>, Option<i32>)> {
+    pub fn poll_exit(&mut self, fs: &dyn ProcSource) -> Option<(Option<i32>, Option<i32>)> {
         if self.exit.is_some() {
             return self.exit;
         }
@@ -103,7 +103,7 @@ impl Run {
 
     /// Live processes of the run other than the main one: its descendants, plus (when we
     /// launched it) orphans reparented to us. Reaps orphans that have exited.
-    pub fn others(&mut self, fs: &ProcFs) -> Result<Vec<ProcStat>> {
+    pub fn others(&mut self, fs: &dyn ProcSource) -> Result<Vec<ProcStat>> {
         let mut roots = vec![self.main.pid];
         if !self.attached() {
             for pid in fs.children(std::process::id())? {
@@ -133,7 +133,7 @@ impl Run {
     }
 
     /// The sentinel's view of the tree.
-    pub fn observe(&mut self, fs: &ProcFs) -> Result<ProcObs, String> {
+    pub fn observe(&mut self, fs: &dyn ProcSource) -> Result<ProcObs, String> {
         let exit = self.poll_exit(fs);
         let others = self.others(fs).map_err(|e| format!("{e:#}"))?;
         let main_stat = match exit {
@@ -170,7 +170,7 @@ impl Run {
     /// every process seen in the tree earlier that is still the same process (orphans), and —
     /// for an attached run that leads its own process group — the rest of that group. A group
     /// the run does not lead (a shell's, a test runner's) is never scanned or signalled.
-    pub fn members(&mut self, fs: &ProcFs) -> Vec<ProcId> {
+    pub fn members(&mut self, fs: &dyn ProcSource) -> Vec<ProcId> {
         let mut v = Vec::new();
         if self.poll_exit(fs).is_none() && proc::same_process(fs, self.main) {
             v.push(self.main);
@@ -184,7 +184,7 @@ impl Run {
         if self.attached() && self.pgid == self.main.pid && self.poll_exit(fs).is_some() {
             for pid in fs.group_members(self.pgid).unwrap_or_default() {
                 if let Ok(Some(st)) = fs.stat(pid) {
-                    if !v.contains(&st.id) && st.state != 'Z' {
+                    if !v.contains(&st.id) && st.state != 'Z' && st.id.pid != self.main.pid {
                         v.push(st.id);
                     }
                 }
@@ -215,7 +215,7 @@ pub fn stop(
     targets: &[ProcId],
     first: Signal,
     grace: Duration,
-    fs: &ProcFs,
+    fs: &dyn ProcSource,
 ) -> Result<Stopped> {
     let t0 = Instant::now();
     let mut out = Stopped {
@@ -301,4 +301,82 @@ pub fn evidence(argv: &[String], timeout: Duration, out: &std::path::Path) -> Re
     let mut f = std::fs::OpenOptions::new().append(true).open(out)?;
     f.write_all(note.as_bytes())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::proc::FakeProc;
+
+    /// An attached run: main 10 with workers 11 (in D state) and 12; 99 shares the group
+    /// but was never in the run's tree.
+    fn table(main_leads_group: bool) -> FakeProc {
+        let mut f = FakeProc::default();
+        f.add(10, 1, 'S', 2.0, 100);
+        f.add(11, 10, 'D', 1.0, 50);
+        f.add(12, 10, 'R', 0.5, 0);
+        f.add(99, 1, 'S', 0.0, 0);
+        let group = if main_leads_group { 10 } else { 7 };
+        for (st, _) in f.procs.values_mut() {
+            st.pgrp = group;
+        }
+        f
+    }
+
+    #[test]
+    fn observe_sums_the_tree() {
+        let f = table(true);
+        let mut run = attach(10, &f).unwrap();
+        let o = run.observe(&f).unwrap();
+        assert_eq!(o.main, Main::Alive { state: 'S' });
+        assert_eq!(o.others, 2);
+        assert!((o.cpu_s - 3.5).abs() < 1e-9);
+        assert_eq!(o.io_bytes, Some(150));
+        assert!(o.d_state);
+    }
+
+    #[test]
+    fn defunct_main_reports_its_exit_code_and_orphans_stay_members() {
+        let mut f = table(false);
+        let mut run = attach(10, &f).unwrap();
+        run.observe(&f).unwrap();
+        // Main exits with code 1 and is left defunct; its workers are reparented to init.
+        let (st, kids) = f.procs.get_mut(&10).unwrap();
+        st.state = 'Z';
+        st.exit_status = Some(256);
+        kids.clear();
+        let o = run.observe(&f).unwrap();
+        assert_eq!(
+            o.main,
+            Main::Exited {
+                code: Some(1),
+                signal: None
+            }
+        );
+        let mut members: Vec<u32> = run.members(&f).iter().map(|p| p.pid).collect();
+        members.sort_unstable();
+        assert_eq!(
+            members,
+            vec![11, 12],
+            "seen orphans, never the shared group's 99"
+        );
+    }
+
+    #[test]
+    fn a_group_the_run_leads_is_scanned_after_it_exits() {
+        let mut f = table(true);
+        let mut run = attach(10, &f).unwrap();
+        f.procs.get_mut(&10).unwrap().0.state = 'Z';
+        let members: Vec<u32> = run.members(&f).iter().map(|p| p.pid).collect();
+        assert!(members.contains(&99), "{members:?}");
+    }
+
+    #[test]
+    fn a_recycled_pid_is_not_the_run() {
+        let mut f = table(true);
+        let mut run = attach(10, &f).unwrap();
+        f.procs.get_mut(&10).unwrap().0.id.start += 1;
+        assert_eq!(run.poll_exit(&f), Some((None, None)));
+        assert!(!run.members(&f).iter().any(|p| p.pid == 10));
+    }
 }

@@ -96,3 +96,30 @@ impl Signals {
         out
     }
 }
+
+impl Drop for Signals {
+    /// Stop writing to a pipe that is about to close (its fd number could be reused), and give
+    /// the signals back their default actions.
+    fn drop(&mut self) {
+        WRITE_FD.store(-1, Ordering::Relaxed);
+        for sig in HANDLED {
+            // SAFETY: restoring the default action.
+            let _ = unsafe { signal::signal(sig, SigHandler::SigDfl) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_wakes_the_wait_and_sighup_does_not_kill() {
+        let s = Signals::install().unwrap();
+        assert!(s.wait(Duration::from_millis(10)).is_empty());
+        nix::sys::signal::raise(Signal::SIGHUP).unwrap();
+        let got = s.wait(Duration::from_secs(5));
+        assert_eq!(got, vec![Signal::SIGHUP]);
+        assert!(s.drain().is_empty());
+    }
+}
