@@ -3,6 +3,8 @@
 mod util;
 
 mod cli;
+mod hygiene;
 mod ledger;
 mod publish;
+mod quarantine;
 mod watch;

@@ -2,8 +2,10 @@
 
 pub mod check;
 pub mod completions;
+pub mod hygiene;
 pub mod ledger;
 pub mod publish;
+pub mod quarantine;
 pub mod watch;
 
 use crate::cli::{Command, Global};
@@ -17,6 +19,8 @@ pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
         Command::Ledger(a) => (Role::Actor, ledger::run(global, a)),
         Command::Completions(a) => (Role::Actor, completions::run(a)),
         Command::Publish(a) => (Role::Actor, publish::run(global, a)),
+        Command::Hygiene(a) => (hygiene::role(&a), hygiene::run(global, a)),
+        Command::Quarantine(a) => (quarantine::role(&a), quarantine::run(global, a)),
         Command::Watch(a) => (Role::Actor, watch::run(global, a)),
     }
 }
