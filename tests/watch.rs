@@ -543,3 +543,30 @@ fn an_nccl_style_hang_pinned_gpu_at_low_power_is_a_wedge() {
         "a spin is not work: no grind allowance\n{reasons}"
     );
 }
+
+#[test]
+fn slurm_requeues_count_against_the_relaunch_budget() {
+    let env = Env::new();
+    setup(&env, "max_relaunches = 2");
+    let args = watch_args(&env, &[], train_argv(&env, &["--crash-at", "15"]));
+    let mut c = roger(&env, &args);
+    c.env("SLURM_RESTART_COUNT", "2");
+    let run = finish(&env, c, &args).expect(75);
+    let recs = records(&env);
+    let b = of(&recs, Kind::Breaker);
+    assert_eq!(
+        b[0].str_field("breaker"),
+        Some("budget"),
+        "{}",
+        run.report()
+    );
+    assert!(b[0]
+        .str_field("evidence")
+        .unwrap()
+        .contains("2 by SLURM requeue"));
+    assert!(of(&recs, Kind::Relaunch).is_empty());
+    assert_eq!(
+        event(&recs, "start")[0].u64_field("slurm_restart_count"),
+        Some(2)
+    );
+}
