@@ -179,7 +179,10 @@ fn poll_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 #[test]
 fn wedge_is_killed_after_its_record_and_resumes_from_the_last_good_checkpoint() {
     let env = Env::new();
-    setup(&env, "");
+    setup(
+        &env,
+        "evidence_hook = [\"sh\", \"-c\", \"echo stack of {pid}\"]",
+    );
     let args = watch_args(&env, &["--json"], train_argv(&env, &["--wedge-at", "25"]));
     let run = finish(&env, roger(&env, &args), &args).expect(0);
     let recs = records(&env);
@@ -194,6 +197,14 @@ fn wedge_is_killed_after_its_record_and_resumes_from_the_last_good_checkpoint() 
     let term_ms: i64 = env.read("term.txt").trim().parse().expect("term.txt");
     assert!(kill.ts.timestamp_millis() <= term_ms, "{}", run.report());
     assert!(kill.get("samples").is_some() && kill.get("limit").is_some());
+    // The evidence hook ran before the kill; its output sits beside the ledger.
+    let evidence = PathBuf::from(kill.str_field("evidence").expect("evidence path"));
+    assert!(evidence.starts_with(env.path("roger-evidence")));
+    let text = std::fs::read_to_string(&evidence).unwrap();
+    assert!(
+        text.contains(&format!("stack of {}", pids(&env)[0])),
+        "{text}"
+    );
     // Resumed from the newest checkpoint published before the kill.
     let last_pub = of(&recs, Kind::Publish)
         .into_iter()
