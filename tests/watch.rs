@@ -581,3 +581,42 @@ fn slurm_requeues_count_against_the_relaunch_budget() {
         Some(2)
     );
 }
+
+#[test]
+fn vram_held_by_another_process_stops_the_relaunch_when_configured() {
+    let env = Env::new();
+    setup(
+        &env,
+        "on_foreign_vram = \"stop\"\ngpu_release_timeout = \"300ms\"",
+    );
+    // First reading: the driver lists no processes (every GPU is the run's); from then on a
+    // process outside the run holds 20 GiB on GPU 0.
+    env.write(
+        "gpu.json",
+        r#"{"snapshots": [
+            {"gpus": [{"index": 0, "name": "NVIDIA H100", "uuid": "GPU-0", "util": 0}], "processes": [], "source": "nvml"},
+            {"gpus": [{"index": 0, "name": "NVIDIA H100", "uuid": "GPU-0", "util": 0}],
+             "processes": [{"pid": 4000000, "gpu": 0, "used_memory": 21474836480}], "source": "nvml"}
+        ]}"#,
+    );
+    let toml = env.read("roger.toml").replace(
+        "source = \"none\"",
+        "source = \"replay\"\nreplay = \"gpu.json\"",
+    );
+    env.write("roger.toml", toml);
+    let args = watch_args(&env, &[], train_argv(&env, &["--crash-at", "15"]));
+    let run = finish(&env, roger(&env, &args), &args).expect(75);
+    let recs = records(&env);
+    let b = of(&recs, Kind::Breaker);
+    assert_eq!(
+        b[0].str_field("breaker"),
+        Some("foreign_vram"),
+        "{}",
+        run.report()
+    );
+    assert!(b[0].str_field("evidence").unwrap().contains("[4000000]"));
+    assert!(
+        of(&recs, Kind::Relaunch).is_empty(),
+        "no relaunch into a certain OOM"
+    );
+}
