@@ -61,7 +61,7 @@ impl Watcher<'_> {
                 ("pid", self.run.main.pid.into()),
                 ("code", json!(code)),
                 ("signal", json!(signal)),
-                ("lived_s", lived.into()),
+                ("lived_s", super::ms(lived).into()),
             ],
         )?;
         self.report.event(&Event::Exited {
@@ -178,7 +178,7 @@ impl Watcher<'_> {
                     ("state", serde_json::to_value(&a.state)?),
                     ("reasons", json!(a.reasons)),
                     ("limit", serde_json::to_value(&a.limit)?),
-                    ("silent_s", a.silent_s.into()),
+                    ("silent_s", super::ms(a.silent_s).into()),
                     ("samples", serde_json::to_value(&a.samples)?),
                 ]);
                 a.last_step
@@ -228,7 +228,7 @@ impl Watcher<'_> {
                 ("sigterm", json!(s.sigterm)),
                 ("sigkill", json!(s.sigkill)),
                 ("survivors", json!(s.survivors)),
-                ("took_s", s.took_s.into()),
+                ("took_s", super::ms(s.took_s).into()),
             ],
         )?;
         self.report.event(&Event::Stopped {

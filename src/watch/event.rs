@@ -16,6 +16,8 @@ pub enum Event {
         dry_run: bool,
     },
     State {
+        /// Flattened: `"state": "wedge"` (plus `code`/`signal` or `missing`).
+        #[serde(flatten)]
         state: State,
         step: Option<u64>,
         silent_s: f64,

@@ -266,12 +266,16 @@ impl Watcher<'_> {
             let sample = self.sample();
             let a = self.sentinel.observe(sample);
             self.report.tick(&a);
+            if a.state == State::Working {
+                // A dry run records each episode once; progress ends the episode.
+                self.recorded_episode = false;
+            }
             if a.changed {
                 self.report.event(&Event::State {
                     state: a.state.clone(),
                     step: a.last_step,
-                    silent_s: a.silent_s,
-                    limit_s: a.limit.seconds,
+                    silent_s: ms(a.silent_s),
+                    limit_s: ms(a.limit.seconds),
                     limit_source: a.limit.source.clone(),
                     reasons: a.reasons.clone(),
                 });
@@ -309,14 +313,14 @@ impl Watcher<'_> {
                 None,
                 vec![
                     ("event", calibrate::EVENT.into()),
-                    ("limit_s", limit.into()),
-                    ("longest_gap_s", gap.into()),
+                    ("limit_s", ms(limit).into()),
+                    ("longest_gap_s", ms(gap).into()),
                     ("in_use", calibrated.into()),
                 ],
             )?;
             self.report.event(&Event::StaleLimit {
-                seconds: limit,
-                longest_gap_s: gap,
+                seconds: ms(limit),
+                longest_gap_s: ms(gap),
             });
         }
         Ok(())
@@ -337,6 +341,11 @@ impl Watcher<'_> {
         }
         Ok(Flow::Continue)
     }
+}
+
+/// Seconds rounded to milliseconds, for records and events people read.
+pub(crate) fn ms(s: f64) -> f64 {
+    (s * 1000.0).round() / 1000.0
 }
 
 pub(crate) fn dur(s: f64) -> Duration {
