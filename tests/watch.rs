@@ -43,7 +43,7 @@ fn setup(env: &Env, extra: &str) {
     env.write(
         "roger.toml",
         format!(
-            "{BASE}[watch]\ninterval = \"100ms\"\nhysteresis = 2\ngrace = \"2s\"\nstale = \"1s\"\ngrind_limit = \"6s\"\nbackoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\n{extra}\n"
+            "{BASE}[watch]\ninterval = \"100ms\"\nhysteresis = 2\ngrace = \"2s\"\nstale = \"2s\"\ngrind_limit = \"6s\"\nbackoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\n{extra}\n"
         ),
     );
 }
@@ -226,11 +226,11 @@ fn wedge_is_killed_after_its_record_and_resumes_from_the_last_good_checkpoint() 
 fn a_grind_within_its_limit_is_left_alone() {
     let env = Env::new();
     setup(&env, "");
-    // 2.5 s of busy loop with nothing logged: past the 1 s stale limit, inside the 6 s grind limit.
+    // 4 s of busy loop with nothing logged: past the 2 s stale limit, inside the 6 s grind limit.
     let args = watch_args(
         &env,
         &["--json"],
-        train_argv(&env, &["--grind-at", "15", "--grind-ms", "2500"]),
+        train_argv(&env, &["--grind-at", "15", "--grind-ms", "4000"]),
     );
     let run = finish(&env, roger(&env, &args), &args).expect(0);
     let recs = records(&env);
@@ -356,7 +356,7 @@ fn dry_run_records_but_never_signals() {
     let args = watch_args(
         &env,
         &["--dry-run"],
-        train_argv(&env, &["--wedge-at", "12", "--wedge-ms", "2500"]),
+        train_argv(&env, &["--wedge-at", "12", "--wedge-ms", "4000"]),
     );
     let run = finish(&env, roger(&env, &args), &args).expect(0);
     let recs = records(&env);
@@ -524,7 +524,7 @@ fn gpu_recording(env: &Env, util: u32, power: f64) {
 #[test]
 fn a_silent_run_on_a_hot_gpu_is_grind_until_the_grind_limit() {
     let env = Env::new();
-    setup(&env, "grind_limit = \"3s\"");
+    setup(&env, "grind_limit = \"4s\"");
     let toml = env.read("roger.toml").replace("grind_limit = \"6s\"\n", "");
     env.write("roger.toml", toml);
     gpu_recording(&env, 99, 520.0);
