@@ -64,6 +64,9 @@ pub enum Command {
     /// GFLOPS without a GPU), and MFU arbitration: with --params and the run's tokens/s, says
     /// whether the GPU or the code is slow. Exit 0 ok, 1 warn, 2 fail, 3 unknown.
     Bench(cmd::bench::BenchArgs),
+    /// Supervise a training run (or attach to one): tell wedge, grind, zombie and crash apart,
+    /// kill only after a ledger record, relaunch from the last good checkpoint.
+    Watch(cmd::watch::WatchArgs),
 }
 
 /// Options every subcommand sees, turned into plain values.
@@ -216,6 +219,11 @@ mod tests {
                 "--tokens-per-s",
                 "5e4",
             ],
+            &[
+                "roger", "watch", "--", "python", "train.py", "--resume", "{ckpt}",
+            ],
+            &["roger", "watch", "--pid", "123", "--dry-run", "--json"],
+            &["roger", "watch"],
         ];
         for argv in ok {
             assert!(Cli::try_parse_from(argv).is_ok(), "{argv:?}");
@@ -258,6 +266,8 @@ mod tests {
             &["roger", "probe", "--record", "r.json", "--every", "soon"],
             &["roger", "bench", "--device", "tpu"],
             &["roger", "bench", "--dtypes", "fp8"],
+            &["roger", "watch", "--pid", "x"],
+            &["roger", "watch", "--pid", "1", "--", "python"],
         ];
         for argv in bad {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");

@@ -18,7 +18,9 @@ pub mod probe;
 pub mod publish;
 pub mod quarantine;
 pub mod schedule;
+pub mod sentinel;
 pub mod sys;
+pub mod watch;
 
 use clap::Parser;
 use std::ffi::OsString;

@@ -9,3 +9,4 @@ mod ledger;
 mod probe;
 mod publish;
 mod quarantine;
+mod watch;

@@ -8,6 +8,7 @@ pub mod ledger;
 pub mod probe;
 pub mod publish;
 pub mod quarantine;
+pub mod watch;
 
 use crate::cli::{Command, Global};
 use crate::exit::Role;
@@ -24,6 +25,7 @@ pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
         Command::Quarantine(a) => (quarantine::role(&a), quarantine::run(global, a)),
         Command::Probe(a) => (Role::Judge, probe::run(global, a)),
         Command::Bench(a) => (Role::Judge, bench::run(global, a)),
+        Command::Watch(a) => (Role::Actor, watch::run(global, a)),
     }
 }
 

@@ -288,4 +288,33 @@ mod tests {
         assert_eq!(r.pages_total, Some(100_000u64.div_ceil(4096)));
         assert_eq!(fsync_dir(dir.path()).unwrap(), DirSync::Ok);
     }
+
+    #[test]
+    fn dropped_pages_are_really_gone_before_the_reread() {
+        // Contrast for the verify proof: a freshly written file is cached; after fsync and
+        // DONTNEED, mincore sees (almost) none of it, and the re-read still gets every byte.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![3u8; 4 << 20]).unwrap();
+        let f = File::open(&p).unwrap();
+        let (resident, total) = resident_pages(&f, 4 << 20).unwrap();
+        assert_eq!(total, 1024);
+        f.sync_all().unwrap();
+        let r = reread_from_disk(&p).unwrap();
+        assert_eq!(r.bytes_read, 4 << 20);
+        let tmpfs = nix::sys::statfs::statfs(dir.path())
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+        if tmpfs {
+            return; // tmpfs pages are the storage itself: nothing to drop
+        }
+        assert!(
+            resident > 512,
+            "written pages should be cached: {resident}/{total}"
+        );
+        assert!(
+            r.pages_resident.unwrap() < 64,
+            "after DONTNEED: {:?}/{total}",
+            r.pages_resident
+        );
+    }
 }

@@ -7,6 +7,7 @@ pub mod disk;
 pub mod fskind;
 pub mod host;
 pub mod pidinfo;
+pub mod proc;
 pub mod wsl;
 
 pub use clock::{Clock, FakeClock, SystemClock};

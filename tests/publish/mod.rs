@@ -50,7 +50,7 @@ pub fn ledger_records(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn names_in(dir: &Path) -> Vec<String> {
+pub fn names_in(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()
@@ -176,3 +176,4 @@ fn retention_prunes_with_records_and_never_latest() {
     assert!(ck.join("ckpt-2500.pt").exists());
     assert!(!ck.join("ckpt-2000.pt").exists());
 }
+mod crash;
