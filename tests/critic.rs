@@ -417,3 +417,30 @@ fn daemon_follows_an_appended_log_files_stale_once_and_stops_on_sigterm() {
     );
     assert!(stdout.contains("stale: no new step for"), "{stdout}");
 }
+
+#[test]
+fn flapping_checks_are_named_from_the_verdict_history() {
+    let env = Env::new();
+    env.write(
+        "roger.toml",
+        "[run]\nname = \"f\"\nlog = \"train.jsonl\"\n[[phase]]\nname = \"all\"\nfrom = 0\nloss = [1.0, 5.0]\nstale = \"1h\"\n",
+    );
+    env.write("train.jsonl", "{\"step\": 1, \"loss\": 2.0}\n");
+    let ledger = Ledger::new(env.path("roger-ledger.jsonl"));
+    for i in 0..12 {
+        let status = if i % 2 == 0 { "pass" } else { "fail" };
+        let entry = roger::ledger::Entry::new(roger::ledger::Kind::Verdict, "critic", "f")
+            .step(Some(i))
+            .field("status", status)
+            .field(
+                "checks",
+                serde_json::json!([{"check": "loss", "status": status}]),
+            );
+        ledger.append(entry, chrono::Utc::now()).unwrap();
+    }
+    env.run(&["critic"])
+        .expect(0)
+        .stdout_has("flapping     loss (see `roger hygiene flap`)");
+    let v = verdicts(&env).pop().unwrap();
+    assert_eq!(v.get("flapping").unwrap(), &serde_json::json!(["loss"]));
+}

@@ -2,6 +2,12 @@
 
 mod util;
 
+mod bench;
 mod cli;
 mod critic;
+mod hygiene;
 mod ledger;
+mod probe;
+mod publish;
+mod quarantine;
+mod watch;

@@ -119,8 +119,9 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         })?;
         return Ok(exit::OK);
     }
-    let tick = runner.tick(args.now.unwrap_or_else(|| clock.now()))?;
+    let mut tick = runner.tick(args.now.unwrap_or_else(|| clock.now()))?;
     report_read(&tick, &log);
+    super::critic_run::mark_flapping(&mut tick.verdict, &ledger, &cfg);
     let rec = ledger.append(tick.verdict.entry(&cfg.run.name, &tick.obs), clock.now())?;
     if args.json {
         print_json(&tick.verdict, Some(rec.seq));
@@ -196,6 +197,12 @@ fn print_human(v: &Verdict, cfg: &Config, seq: u64) {
     }
     if !v.skipped.is_empty() {
         outln!("skipped      {} (not declared)", v.skipped.join(", "));
+    }
+    if !v.flapping.is_empty() {
+        outln!(
+            "flapping     {} (see `roger hygiene flap`)",
+            v.flapping.join(", ")
+        );
     }
 }
 

@@ -87,6 +87,28 @@ impl<'a> Runner<'a> {
     }
 }
 
+/// Name the checks hygiene's flap detector finds flapping in this run's recent verdicts
+/// (the status is left as judged; the flag tells a reader not to chase every flip). A ledger
+/// that cannot be read leaves the list empty.
+pub fn mark_flapping(verdict: &mut Verdict, ledger: &Ledger, cfg: &Config) {
+    let Ok(records) = ledger.records() else {
+        return;
+    };
+    let mine: Vec<&crate::ledger::Record> = records
+        .iter()
+        .filter(|r| {
+            r.kind == crate::ledger::Kind::Verdict && r.source == "critic" && r.run == cfg.run.name
+        })
+        .collect();
+    let recent = &mine[mine
+        .len()
+        .saturating_sub(4 * cfg.hygiene.flap_window.max(1))..];
+    verdict.flapping = crate::hygiene::flap::flapping_checks(recent, &cfg.hygiene)
+        .into_iter()
+        .map(|s| s.check)
+        .collect();
+}
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -128,7 +150,8 @@ pub fn daemon(
     while !STOP.load(Ordering::SeqCst) {
         let now = clock.now();
         match runner.tick(now) {
-            Ok(tick) => {
+            Ok(mut tick) => {
+                mark_flapping(&mut tick.verdict, ledger, runner.cfg);
                 let changed = last
                     .as_ref()
                     .is_none_or(|l| tick.new_samples > 0 || !tick.verdict.same_statuses(l));

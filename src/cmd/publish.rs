@@ -1,0 +1,295 @@
+//! `roger publish`: turn flags and config into a `publish::Request`, run it, print the result
+//! (human or --json); `--verify` re-hashes a published checkpoint against its ledger record.
+
+use crate::cli::Global;
+use crate::config::PublishConfig;
+use crate::ledger::{Kind, Ledger};
+use crate::publish::{self, manifest, names, Outcome, Request};
+use crate::sys::disk::{DiskProbe, RealDisk, Space};
+use crate::{exit, outln};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use std::path::{Path, PathBuf};
+
+const AFTER_HELP: &str = "\
+Order of work: source checks (size+mtime stable, .pt zip / .safetensors structure) -> free space
+(size + [publish] margin) -> lock + clean leftovers of killed publishes -> copy into a hidden
+staging name while hashing -> fsync -> drop the page cache and re-read to verify -> rename into
+place -> fsync the directory -> latest.json (atomically) -> ledger record -> retention.
+A source already inside the destination directory is published in place (no copy).
+A copy that fails verification is kept as evidence in DIR/.roger-rejected/, never under the
+real name; the previous checkpoint and latest.json stay as they were.
+
+Without a config, --to is required, the ledger is DIR/roger-ledger.jsonl, the run name is the
+directory's name, and nothing is pruned unless --keep-last/--keep-every is given.
+
+Test-only environment knobs (for crash-safety tests, never set in production):
+  ROGER_FAILPOINT=NAME        abort at a step boundary: after_lock, after_staging_write,
+                              after_fsync, after_verify, after_prev_link, after_rename,
+                              before_manifest, after_manifest, before_ledger, after_ledger
+  ROGER_FAULT_TRUNCATE_AFTER_FSYNC=BYTES   truncate the staging copy after its fsync
+  ROGER_FAKE_FREE_BYTES=BYTES the free space the destination reports";
+
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct PublishArgs {
+    /// Checkpoint file or directory (HF `checkpoint-N/`, torch DCP) to publish. With
+    /// --verify: the published checkpoint to check (default: what latest.json points to).
+    #[arg(value_name = "PATH", required_unless_present = "verify")]
+    pub src: Option<PathBuf>,
+    /// Destination directory (default: the config's [run] checkpoint_dir; required without a
+    /// config).
+    #[arg(long, value_name = "DIR")]
+    pub to: Option<PathBuf>,
+    /// The checkpoint's training step (default: parsed from the name: ckpt-12000.pt,
+    /// checkpoint-12000/, step_12000, model_step12000.safetensors).
+    #[arg(long)]
+    pub step: Option<u64>,
+    /// Re-hash a published checkpoint from disk against its ledger record: exit 0 matches,
+    /// 1 does not (or cannot be checked).
+    #[arg(long, conflicts_with_all = ["step", "keep_last", "keep_every", "no_prune"])]
+    pub verify: bool,
+    /// Retention: keep the newest N checkpoints (default: [publish] keep_last).
+    #[arg(long, value_name = "N")]
+    pub keep_last: Option<usize>,
+    /// Retention: also keep every checkpoint whose step is a multiple of M (0 = off).
+    #[arg(long, value_name = "M")]
+    pub keep_every: Option<u64>,
+    /// Prune nothing this time.
+    #[arg(long, conflicts_with_all = ["keep_last", "keep_every"])]
+    pub no_prune: bool,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where and under which run a publish goes, from config or flags.
+struct Target {
+    dest: PathBuf,
+    ledger: PathBuf,
+    run: String,
+    retention: Option<PublishConfig>,
+    margin: u64,
+}
+
+fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
+    let overrides = |mut p: PublishConfig| {
+        if let Some(n) = args.keep_last {
+            p.keep_last = n;
+        }
+        if let Some(m) = args.keep_every {
+            p.keep_every = m;
+        }
+        p
+    };
+    let t = match crate::config::discover(global.config.as_deref())? {
+        Some(c) => Target {
+            dest: match &args.to {
+                Some(d) => d.clone(),
+                None => c.checkpoint_dir()?,
+            },
+            ledger: c.ledger_path(),
+            run: c.run.name.clone(),
+            margin: c.publish.margin.0,
+            retention: Some(overrides(c.publish.clone())),
+        },
+        None => {
+            let dest = args.to.clone().ok_or_else(|| {
+                anyhow!(
+                    "--to DIR is required without a config (no --config given and no ./roger.toml)"
+                )
+            })?;
+            let abs = std::path::absolute(&dest)?;
+            let run = abs
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("checkpoints")
+                .to_string();
+            let flags = args.keep_last.is_some() || args.keep_every.is_some();
+            Target {
+                ledger: abs.join(crate::ledger::DEFAULT_FILE),
+                dest,
+                run,
+                margin: PublishConfig::default().margin.0,
+                retention: flags.then(|| overrides(PublishConfig::default())),
+            }
+        }
+    };
+    Ok(Target {
+        retention: if args.no_prune { None } else { t.retention },
+        ..t
+    })
+}
+
+/// Test-only: `ROGER_FAKE_FREE_BYTES` stands in for the destination's free space.
+struct FakeFree(u64);
+
+impl DiskProbe for FakeFree {
+    fn space(&self, _: &Path) -> Result<Space> {
+        Ok(Space {
+            total: self.0,
+            avail: self.0,
+        })
+    }
+}
+
+fn disk_probe() -> Result<Box<dyn DiskProbe>> {
+    match std::env::var("ROGER_FAKE_FREE_BYTES") {
+        Ok(v) => Ok(Box::new(FakeFree(v.trim().parse().map_err(|_| {
+            anyhow!("ROGER_FAKE_FREE_BYTES={v:?}: expected a byte count")
+        })?))),
+        Err(_) => Ok(Box::new(RealDisk)),
+    }
+}
+
+pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
+    let t = resolve(global, &args)?;
+    if args.verify {
+        return verify(&t, args.src.as_deref(), args.json);
+    }
+    let src = args
+        .src
+        .clone()
+        .expect("clap requires PATH without --verify");
+    let req = Request {
+        src,
+        dest: t.dest,
+        step: args.step,
+        run: t.run,
+        ledger: t.ledger,
+        retention: t.retention,
+        margin: t.margin,
+    };
+    let outcome = publish::publish(&req, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
+    if args.json {
+        outln!("{}", serde_json::to_string(&outcome)?);
+    } else {
+        print_human(&outcome);
+    }
+    Ok(exit::DONE)
+}
+
+fn print_human(o: &Outcome) {
+    use crate::config::units::format_bytes;
+    outln!("published {}", o.path.display());
+    outln!(
+        "  step {}, {} in {} file(s), sha256 {}",
+        o.step.map_or("unknown".to_string(), |s| s.to_string()),
+        format_bytes(o.size),
+        o.files,
+        o.sha256
+    );
+    let how = if o.in_place { "in place, " } else { "" };
+    outln!(
+        "  verified from disk ({how}{} bytes re-read; {} of {} pages cached before the re-read)",
+        o.verify_bytes_read,
+        o.pages_resident_before_verify
+            .map_or("?".to_string(), |p| p.to_string()),
+        o.pages_total.map_or("?".to_string(), |p| p.to_string())
+    );
+    outln!(
+        "  latest.json updated; ledger record #{} in {}",
+        o.ledger_seq,
+        o.ledger.display()
+    );
+    if o.dir_fsync != "ok" {
+        outln!("  warning: {}", o.dir_fsync);
+    }
+    if !o.cleaned.is_empty() {
+        outln!(
+            "  cleaned {} leftover(s) of earlier publishes: {}",
+            o.cleaned.len(),
+            o.cleaned.join(", ")
+        );
+    }
+    for p in &o.pruned {
+        match &p.error {
+            None => outln!("  pruned {} ({})", p.path.display(), p.reason),
+            Some(e) => outln!(
+                "  prune of {} recorded but removal failed: {e}",
+                p.path.display()
+            ),
+        }
+    }
+}
+
+/// `--verify`: the checkpoint's bytes against its newest publish record.
+fn verify(t: &Target, path: Option<&Path>, json: bool) -> Result<u8> {
+    let latest = if path.is_none() {
+        Some(manifest::read(&t.dest)?.ok_or_else(|| {
+            anyhow!(
+                "no {} in {}: nothing published there yet (or pass the PATH to verify)",
+                manifest::FILE,
+                t.dest.display()
+            )
+        })?)
+    } else {
+        None
+    };
+    let target = match (path, &latest) {
+        (Some(p), _) => p.to_path_buf(),
+        (None, Some(l)) => l.target(&t.dest),
+        (None, None) => unreachable!("latest is read when no path is given"),
+    };
+    let target = std::fs::canonicalize(&target)
+        .with_context(|| format!("checkpoint {}", target.display()))?;
+    let records = Ledger::new(&t.ledger).records()?;
+    let by_path = target.display().to_string();
+    let twin = target
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(names::PREV_PREFIX));
+    let rec = records
+        .iter()
+        .rev()
+        .filter(|r| r.kind == Kind::Publish)
+        .find(|r| {
+            r.str_field("path") == Some(by_path.as_str())
+                // A twin left by a publish killed mid-swap has the bytes of latest.json's record.
+                || (twin && latest.as_ref().is_some_and(|l| r.str_field("sha256") == Some(l.sha256.as_str())))
+        })
+        .ok_or_else(|| {
+            anyhow!(
+                "no publish record for {} in {}",
+                target.display(),
+                t.ledger.display()
+            )
+        })?;
+    let want_sha = rec.str_field("sha256").unwrap_or_default();
+    let want_size = rec.u64_field("size").unwrap_or(u64::MAX);
+    let got = publish::rehash(&target)?;
+    let ok = got.sha256 == want_sha && got.size == want_size;
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "ok": ok,
+                "record_seq": rec.seq,
+                "recorded_sha256": want_sha,
+                "recorded_size": want_size,
+                "measured": got,
+            })
+        );
+    }
+    if !ok {
+        bail!(
+            "{} does not match its publish record #{}: on disk sha256 {} size {}, recorded sha256 {} size {}",
+            target.display(),
+            rec.seq,
+            got.sha256,
+            got.size,
+            want_sha,
+            want_size
+        );
+    }
+    if !json {
+        outln!(
+            "ok: {} matches publish record #{} (sha256 {}, {} bytes re-read from disk)",
+            target.display(),
+            rec.seq,
+            got.sha256,
+            got.verify_bytes_read
+        );
+    }
+    Ok(exit::DONE)
+}

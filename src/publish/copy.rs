@@ -1,0 +1,320 @@
+//! The byte path. Copies with roger's own read→hash→write loop (`std::fs::copy` would use
+//! copy_file_range/reflink: no pass to hash, shared blocks) into an O_EXCL staging file,
+//! fsyncs it, closes it with the error checked, drops its pages from the cache and re-reads it
+//! from disk to verify. Hashing runs on a second thread so it overlaps the I/O.
+
+use super::failpoint;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, IntoRawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::mpsc;
+
+/// Chunk size of the pipeline: large sequential I/O, three chunks in flight.
+pub const CHUNK: usize = 8 << 20;
+const IN_FLIGHT: usize = 3;
+/// Start write-back every this many bytes so the final fsync has little left to do.
+const KICK_WRITEBACK: u64 = 64 << 20;
+
+/// Read `r` to its end; `sink` sees every chunk while a second thread hashes it.
+pub fn pump(
+    mut r: impl Read,
+    mut sink: impl FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<(String, u64)> {
+    let (to_hash, hash_rx) = mpsc::sync_channel::<(Vec<u8>, usize)>(IN_FLIGHT);
+    let (back_tx, back_rx) = mpsc::channel::<Vec<u8>>();
+    for _ in 0..IN_FLIGHT {
+        back_tx.send(vec![0u8; CHUNK]).expect("receiver alive");
+    }
+    std::thread::scope(|s| {
+        let hasher = s.spawn(move || {
+            let mut h = Sha256::new();
+            for (buf, k) in hash_rx {
+                h.update(&buf[..k]);
+                if back_tx.send(buf).is_err() {
+                    break;
+                }
+            }
+            crate::config::hex(&h.finalize())
+        });
+        let mut n = 0u64;
+        let result = (|| loop {
+            let mut buf = back_rx.recv().expect("hasher hands buffers back");
+            let k = read_full(&mut r, &mut buf)?;
+            if k == 0 {
+                return Ok(());
+            }
+            sink(&buf[..k])?;
+            n += k as u64;
+            to_hash.send((buf, k)).expect("hasher alive");
+        })();
+        drop(to_hash);
+        let sha = hasher.join().expect("hasher thread");
+        result.map(|()| (sha, n))
+    })
+}
+
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Copy `src` into the new file `dst` (created O_EXCL), hashing in the same pass; fsync and
+/// close with both errors checked. On error the caller discards `dst`: an fsync error is never
+/// retried on the same file (the kernel reports write-back failure once; the pages may be gone).
+pub fn copy_file(src: &Path, dst: &Path) -> Result<(String, u64)> {
+    let input = File::open(src).with_context(|| format!("opening {}", src.display()))?;
+    let _ = nix::fcntl::posix_fadvise(
+        input.as_raw_fd(),
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL,
+    );
+    let mut out = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(dst)
+        .with_context(|| format!("creating staging file {}", dst.display()))?;
+    let fd = out.as_raw_fd();
+    let (mut written, mut kicked) = (0u64, 0u64);
+    let (sha, n) = pump(input, |chunk| {
+        out.write_all(chunk)?;
+        written += chunk.len() as u64;
+        if written - kicked >= KICK_WRITEBACK {
+            // Asynchronous: queue write-back of what is written so far (fsync still decides).
+            // SAFETY: plain syscall on an fd we own.
+            unsafe {
+                libc::sync_file_range(
+                    fd,
+                    kicked as i64,
+                    (written - kicked) as i64,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+            kicked = written;
+        }
+        Ok(())
+    })
+    .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    failpoint::hit("after_staging_write");
+    sync_and_close(out, dst)?;
+    Ok((sha, n))
+}
+
+/// fsync, then the test-only truncation fault, then close with its error checked.
+pub fn sync_and_close(f: File, path: &Path) -> Result<()> {
+    if let Err(e) = f.sync_all() {
+        bail!(
+            "fsync of {} failed: {e}; that copy is discarded (fsync is never retried on the same file)",
+            path.display()
+        );
+    }
+    if let Some(len) = failpoint::truncate_after_fsync() {
+        // Test-only: the WSL failure, bytes lost after fsync said they were safe.
+        f.set_len(len)
+            .with_context(|| format!("test fault: truncating {}", path.display()))?;
+    }
+    close(f).with_context(|| format!("closing {}", path.display()))
+}
+
+/// close(2) with its error reported (dropping a File ignores it).
+pub fn close(f: File) -> io::Result<()> {
+    nix::unistd::close(f.into_raw_fd()).map_err(io::Error::from)
+}
+
+/// What the verify pass saw, so a caller can show the bytes came from disk.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Reread {
+    pub sha256: String,
+    pub size: u64,
+    /// Bytes actually read back.
+    pub bytes_read: u64,
+    /// Pages of the file still in the page cache right before the re-read (mincore), and of how
+    /// many; `None` where mincore is unavailable.
+    pub pages_resident: Option<u64>,
+    pub pages_total: Option<u64>,
+}
+
+/// Drop the file's pages from the cache (it is fsynced, so they are clean), count what is still
+/// resident, then re-read and hash it.
+pub fn reread_from_disk(path: &Path) -> Result<Reread> {
+    let f = File::open(path).with_context(|| format!("opening {} to verify", path.display()))?;
+    let len = f.metadata()?.len();
+    let _ = nix::fcntl::posix_fadvise(
+        f.as_raw_fd(),
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    );
+    let resident = resident_pages(&f, len);
+    let (sha256, bytes_read) =
+        pump(&f, |_| Ok(())).with_context(|| format!("re-reading {}", path.display()))?;
+    Ok(Reread {
+        sha256,
+        size: len,
+        bytes_read,
+        pages_resident: resident.map(|r| r.0),
+        pages_total: resident.map(|r| r.1),
+    })
+}
+
+/// (resident, total) pages of the file per mincore(2).
+pub fn resident_pages(f: &File, len: u64) -> Option<(u64, u64)> {
+    if len == 0 {
+        return Some((0, 0));
+    }
+    let len = usize::try_from(len).ok()?;
+    // SAFETY: a read-only shared mapping of a file we hold open, unmapped before return; the
+    // vector has one byte per page as mincore requires.
+    unsafe {
+        let page = libc::sysconf(libc::_SC_PAGESIZE);
+        if page <= 0 {
+            return None;
+        }
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let pages = len.div_ceil(page as usize);
+        let mut vec = vec![0u8; pages];
+        let r = libc::mincore(p, len, vec.as_mut_ptr());
+        libc::munmap(p, len);
+        if r != 0 {
+            return None;
+        }
+        Some((
+            vec.iter().filter(|b| **b & 1 == 1).count() as u64,
+            pages as u64,
+        ))
+    }
+}
+
+/// How a directory fsync went: some filesystems (drvfs/9p on WSL, some network ones) refuse
+/// it with EINVAL; that is a warning recorded in the ledger. Any other error fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DirSync {
+    Ok,
+    Unsupported(String),
+}
+
+impl DirSync {
+    pub fn text(&self) -> &str {
+        match self {
+            DirSync::Ok => "ok",
+            DirSync::Unsupported(w) => w,
+        }
+    }
+    /// The first warning of two wins.
+    pub fn and(self, other: DirSync) -> DirSync {
+        match self {
+            DirSync::Ok => other,
+            w => w,
+        }
+    }
+}
+
+pub fn fsync_dir(dir: &Path) -> Result<DirSync> {
+    let f = File::open(dir).with_context(|| format!("opening directory {}", dir.display()))?;
+    match f.sync_all() {
+        Ok(()) => Ok(DirSync::Ok),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(DirSync::Unsupported(format!(
+            "fsync of directory {} is not supported here (EINVAL; drvfs/9p?): the rename may not survive a power cut",
+            dir.display()
+        ))),
+        Err(e) => Err(e).with_context(|| format!("fsync of directory {}", dir.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pump_hashes_what_it_passes_on() {
+        // More than one chunk and not a multiple of it.
+        let data: Vec<u8> = (0..(CHUNK * 2 + 12345)).map(|i| (i % 251) as u8).collect();
+        let mut seen = Vec::new();
+        let (sha, n) = pump(&data[..], |c| {
+            seen.extend_from_slice(c);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, data.len() as u64);
+        assert_eq!(seen, data);
+        assert_eq!(sha, crate::config::hex(&Sha256::digest(&data)));
+        let (empty, zero) = pump(&b""[..], |_| Ok(())).unwrap();
+        assert_eq!(zero, 0);
+        assert_eq!(empty, crate::config::hex(&Sha256::digest(b"")));
+    }
+
+    #[test]
+    fn sink_error_stops_the_pump() {
+        let data = vec![1u8; CHUNK * 3];
+        let err = pump(&data[..], |_| Err(io::Error::other("disk full"))).unwrap_err();
+        assert_eq!(err.to_string(), "disk full");
+    }
+
+    #[test]
+    fn copy_refuses_an_existing_staging_name_and_verifies() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src.bin");
+        std::fs::write(&src, vec![9u8; 100_000]).unwrap();
+        let dst = dir.path().join(".roger-staging-x");
+        let (sha, n) = copy_file(&src, &dst).unwrap();
+        assert_eq!(n, 100_000);
+        assert!(copy_file(&src, &dst).is_err(), "O_EXCL");
+        let r = reread_from_disk(&dst).unwrap();
+        assert_eq!((r.sha256, r.size, r.bytes_read), (sha, n, n));
+        assert_eq!(r.pages_total, Some(100_000u64.div_ceil(4096)));
+        assert_eq!(fsync_dir(dir.path()).unwrap(), DirSync::Ok);
+    }
+
+    #[test]
+    fn dropped_pages_are_really_gone_before_the_reread() {
+        // Contrast for the verify proof: a freshly written file is cached; after fsync and
+        // DONTNEED, mincore sees (almost) none of it, and the re-read still gets every byte.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![3u8; 4 << 20]).unwrap();
+        let f = File::open(&p).unwrap();
+        let (resident, total) = resident_pages(&f, 4 << 20).unwrap();
+        assert_eq!(total, 1024);
+        f.sync_all().unwrap();
+        let r = reread_from_disk(&p).unwrap();
+        assert_eq!(r.bytes_read, 4 << 20);
+        let tmpfs = nix::sys::statfs::statfs(dir.path())
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+        if tmpfs {
+            return; // tmpfs pages are the storage itself: nothing to drop
+        }
+        assert!(
+            resident > 512,
+            "written pages should be cached: {resident}/{total}"
+        );
+        assert!(
+            r.pages_resident.unwrap() < 64,
+            "after DONTNEED: {:?}/{total}",
+            r.pages_resident
+        );
+    }
+}

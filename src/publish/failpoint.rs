@@ -1,0 +1,45 @@
+//! Test-only crash injection. `ROGER_FAILPOINT=<name>` makes `roger publish` abort (no
+//! unwinding, no destructors: as close to a power cut or `kill -9` as a process can get) at
+//! the named step boundary; `ROGER_FAULT_TRUNCATE_AFTER_FSYNC=<bytes>` cuts the staging copy
+//! short after its fsync succeeded (the WSL drvfs/9p failure) so verification has to catch it.
+//! Both are documented as test-only; without them nothing here does anything.
+
+use std::sync::OnceLock;
+
+pub const ENV: &str = "ROGER_FAILPOINT";
+pub const TRUNCATE_ENV: &str = "ROGER_FAULT_TRUNCATE_AFTER_FSYNC";
+
+/// Every failpoint, in the order publish passes them.
+pub const ALL: &[&str] = &[
+    "after_lock",
+    "after_staging_write",
+    "after_fsync",
+    "after_verify",
+    "after_prev_link",
+    "after_rename",
+    "before_manifest",
+    "after_manifest",
+    "before_ledger",
+    "after_ledger",
+];
+
+fn armed() -> Option<&'static str> {
+    static ARMED: OnceLock<Option<String>> = OnceLock::new();
+    ARMED
+        .get_or_init(|| std::env::var(ENV).ok().filter(|s| !s.is_empty()))
+        .as_deref()
+}
+
+/// Abort here if this failpoint is armed.
+pub fn hit(name: &str) {
+    debug_assert!(ALL.contains(&name), "unknown failpoint {name}");
+    if armed() == Some(name) {
+        eprintln!("roger: failpoint {name}: aborting (test-only {ENV})");
+        std::process::abort();
+    }
+}
+
+/// The length to truncate a staging file to after its fsync, when the fault is switched on.
+pub fn truncate_after_fsync() -> Option<u64> {
+    std::env::var(TRUNCATE_ENV).ok()?.trim().parse().ok()
+}

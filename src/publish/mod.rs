@@ -1,0 +1,394 @@
+//! `roger publish`: put a checkpoint (file or directory) into the destination directory so
+//! that a crash at any moment leaves the old state or the new one, never a torn file under a
+//! real name, and record it. Order: source checks → free space → lock + clean leftovers →
+//! copy into a dot-staging name while hashing → fsync → drop cache and re-read to verify →
+//! rename into place → directory fsync → latest.json → ledger → retention.
+//! The byte path is in `copy`, the swap/rejection side effects in `place`.
+
+pub mod copy;
+pub mod failpoint;
+pub mod formats;
+pub mod manifest;
+pub mod names;
+pub mod place;
+pub mod retention;
+pub mod source;
+
+use crate::config::units::format_bytes;
+use crate::config::PublishConfig;
+use crate::digest::{dir_digest, FileDigest};
+use crate::ledger::{Entry, Kind, Ledger};
+use crate::sys::disk::DiskProbe;
+use crate::sys::Clock;
+use anyhow::{bail, Context, Result};
+use copy::DirSync;
+use manifest::Latest;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// What to publish where, as plain values (the CLI builds it).
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub src: PathBuf,
+    pub dest: PathBuf,
+    /// Explicit step; else parsed from the name.
+    pub step: Option<u64>,
+    pub run: String,
+    pub ledger: PathBuf,
+    /// `None`: prune nothing.
+    pub retention: Option<PublishConfig>,
+    /// Free space required beyond the checkpoint's size.
+    pub margin: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    File,
+    Dir,
+}
+
+impl Layout {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::File => "file",
+            Layout::Dir => "dir",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Pruned {
+    pub path: PathBuf,
+    pub size: u64,
+    pub step: Option<u64>,
+    pub reason: String,
+    /// Set when the file could not be removed after its prune record was written.
+    pub error: Option<String>,
+}
+
+/// The result of a publish, for both printers.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub path: PathBuf,
+    pub sha256: String,
+    pub size: u64,
+    pub layout: Layout,
+    pub files: usize,
+    pub dir: PathBuf,
+    pub in_place: bool,
+    pub step: Option<u64>,
+    pub formats: Vec<formats::Format>,
+    pub dir_fsync: String,
+    /// Bytes re-read from disk to verify (equals `size` when verification ran).
+    pub verify_bytes_read: u64,
+    /// Pages of the checkpoint still cached right before the verify read (mincore).
+    pub pages_resident_before_verify: Option<u64>,
+    pub pages_total: Option<u64>,
+    pub free_before: Option<u64>,
+    /// Leftovers of earlier, killed publishes that were removed.
+    pub cleaned: Vec<String>,
+    pub pruned: Vec<Pruned>,
+    pub ledger: PathBuf,
+    pub ledger_seq: u64,
+}
+
+/// Refuse when the checkpoint plus margin does not fit (leftover staging files count as free:
+/// they are removed first). Pure.
+pub fn check_space(
+    size: u64,
+    margin: u64,
+    avail: u64,
+    reclaimable: u64,
+    dest: &Path,
+) -> Result<()> {
+    let need = size.saturating_add(margin);
+    let have = avail.saturating_add(reclaimable);
+    if have < need {
+        bail!(
+            "not enough free space in {}: the checkpoint needs {} + margin {} = {}, only {} available{}; nothing was touched (free some space, e.g. prune old checkpoints, or lower [publish] margin)",
+            dest.display(),
+            format_bytes(size),
+            format_bytes(margin),
+            format_bytes(need),
+            format_bytes(have),
+            if reclaimable > 0 {
+                format!(" (counting {} of leftover staging files)", format_bytes(reclaimable))
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
+}
+
+pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result<Outcome> {
+    let src = std::fs::canonicalize(&req.src)
+        .with_context(|| format!("source checkpoint {}", req.src.display()))?;
+    let name = names::file_name(&src)?;
+    if names::is_staging(&name) || name == manifest::FILE || name.starts_with(names::PREV_PREFIX) {
+        bail!(
+            "{}: that is one of roger's own files, not a checkpoint",
+            src.display()
+        );
+    }
+    let layout = source::layout(&src)?;
+    let before = source::snapshot(&src, layout)?;
+    let formats = before
+        .iter()
+        .map(|f| formats::validate(&f.path))
+        .collect::<Result<Vec<_>>>()?;
+    let size: u64 = before.iter().map(|f| f.size).sum();
+    let dest_abs = std::path::absolute(&req.dest)
+        .with_context(|| format!("destination {}", req.dest.display()))?;
+    let in_place =
+        dest_abs.exists() && src.parent() == Some(std::fs::canonicalize(&dest_abs)?.as_path());
+    let mut free_before = None;
+    if !in_place {
+        let space = disk.space(&dest_abs)?;
+        free_before = Some(space.avail);
+        check_space(
+            size,
+            req.margin,
+            space.avail,
+            place::reclaimable(&dest_abs),
+            &dest_abs,
+        )?;
+    }
+    std::fs::create_dir_all(&dest_abs)
+        .with_context(|| format!("creating destination {}", dest_abs.display()))?;
+    let dest = std::fs::canonicalize(&dest_abs)?;
+    let _lock = place::lock(&dest)?;
+    failpoint::hit("after_lock");
+    let latest_before = manifest::read(&dest)?;
+    let cleaned = place::clean_leftovers(&dest, latest_before.as_ref())?;
+    let step = req.step.or_else(|| names::step_from_name(&name));
+    let target = dest.join(&name);
+    let ledger = Ledger::new(&req.ledger);
+
+    let (digests, reread, mut dirsync) = if in_place {
+        let (digests, reread) = place::sync_and_reread(&before, layout)?;
+        source::unchanged(&src, layout, &before)?;
+        failpoint::hit("after_verify");
+        (digests, reread, copy::fsync_dir(&dest)?)
+    } else {
+        let mut staging = place::Staging::new(dest.join(names::staging_name(&name)));
+        let written = place::copy_in(&before, layout, staging.path())?;
+        failpoint::hit("after_fsync");
+        source::unchanged(&src, layout, &before)?;
+        let (reread_digests, reread) = place::reread(&written, layout, staging.path())?;
+        if let Some(why) = place::mismatch(&written, &reread_digests) {
+            staging.disarm();
+            let evidence = place::set_aside_bad_copy(staging.path(), &dest, &name, clock.now())?;
+            ledger.append(
+                Entry::new(Kind::Note, "publish", &req.run)
+                    .step(step)
+                    .field("event", "publish-rejected")
+                    .field("path", target.display().to_string())
+                    .field("evidence", evidence.display().to_string())
+                    .field("reason", &why),
+                clock.now(),
+            )?;
+            bail!(
+                "verification from disk failed for {}: {why}; nothing was published ({} and latest.json are unchanged); the bad copy is kept as evidence at {}",
+                src.display(),
+                target.display(),
+                evidence.display()
+            );
+        }
+        failpoint::hit("after_verify");
+        let mut dirsync = DirSync::Ok;
+        if let Some(l) = latest_before
+            .as_ref()
+            .filter(|l| l.path == name && target.exists())
+        {
+            // latest.json points at the name being replaced: point it at a hard-linked
+            // twin first, so it verifies at every instant of the swap.
+            place::link_prev(&target, &dest, &name)?;
+            dirsync = dirsync.and(manifest::write(
+                &dest,
+                &Latest {
+                    path: names::prev_name(&name),
+                    ..l.clone()
+                },
+            )?);
+            failpoint::hit("after_prev_link");
+        }
+        place::rename_into_place(staging.path(), &target, layout)?;
+        staging.disarm();
+        failpoint::hit("after_rename");
+        dirsync = dirsync.and(copy::fsync_dir(&dest)?);
+        (written, reread, dirsync)
+    };
+
+    let sha256 = combined(layout, &digests);
+    failpoint::hit("before_manifest");
+    let now = clock.now();
+    dirsync = dirsync.and(manifest::write(
+        &dest,
+        &Latest {
+            path: name.clone(),
+            sha256: sha256.clone(),
+            size,
+            step,
+            published_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        },
+    )?);
+    failpoint::hit("after_manifest");
+    place::remove_stale_prev(&dest, &name);
+    if let DirSync::Unsupported(w) = &dirsync {
+        tracing::warn!("{w}");
+    }
+
+    failpoint::hit("before_ledger");
+    let rec = ledger
+        .append(
+            Entry::new(Kind::Publish, "publish", &req.run)
+                .step(step)
+                .field("path", target.display().to_string())
+                .field("sha256", &sha256)
+                .field("size", size)
+                .field("layout", layout.as_str())
+                .field("files", digests.len())
+                .field("dir", dest.display().to_string())
+                .field("in_place", in_place)
+                .field("dir_fsync", dirsync.text()),
+            now,
+        )
+        .with_context(|| {
+            format!(
+                "{} is published and latest.json points to it, but the ledger record could not be written",
+                target.display()
+            )
+        })?;
+    failpoint::hit("after_ledger");
+
+    let pruned = match &req.retention {
+        Some(policy) => prune(&ledger, &req.run, policy, &target, clock)?,
+        None => Vec::new(),
+    };
+    Ok(Outcome {
+        path: target,
+        sha256,
+        size,
+        layout,
+        files: digests.len(),
+        dir: dest,
+        in_place,
+        step,
+        formats,
+        dir_fsync: dirsync.text().to_string(),
+        verify_bytes_read: reread.bytes_read,
+        pages_resident_before_verify: reread.pages_resident,
+        pages_total: reread.pages_total,
+        free_before,
+        cleaned,
+        pruned,
+        ledger: req.ledger.clone(),
+        ledger_seq: rec.seq,
+    })
+}
+
+/// Apply retention: a prune record first (with its reason), then the removal.
+fn prune(
+    ledger: &Ledger,
+    run: &str,
+    policy: &PublishConfig,
+    latest: &Path,
+    clock: &dyn Clock,
+) -> Result<Vec<Pruned>> {
+    let records = ledger.records()?;
+    let published = crate::checkpoints::published(&records, run);
+    let mut out = Vec::new();
+    for c in retention::plan(&published, policy, &[latest.to_path_buf()]) {
+        let path = c.checkpoint.path;
+        ledger.append(
+            Entry::new(Kind::Prune, "publish", run)
+                .step(c.checkpoint.step)
+                .field("path", path.display().to_string())
+                .field("size", c.checkpoint.size)
+                .field("reason", &c.reason),
+            clock.now(),
+        )?;
+        let error = place::remove_any(&path).err().map(|e| format!("{e:#}"));
+        if let Some(e) = &error {
+            tracing::warn!("pruning {}: {e}", path.display());
+        }
+        out.push(Pruned {
+            path,
+            size: c.checkpoint.size,
+            step: c.checkpoint.step,
+            reason: c.reason,
+            error,
+        });
+    }
+    Ok(out)
+}
+
+/// A published checkpoint re-hashed from disk (cache dropped first), for `--verify`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rehash {
+    pub path: PathBuf,
+    pub layout: Layout,
+    pub sha256: String,
+    pub size: u64,
+    pub files: usize,
+    pub verify_bytes_read: u64,
+    pub pages_resident_before_verify: Option<u64>,
+}
+
+pub fn rehash(path: &Path) -> Result<Rehash> {
+    let layout = source::layout(path)?;
+    let files = source::snapshot(path, layout)?;
+    let mut digests = Vec::new();
+    let (mut read, mut resident) = (0u64, Some(0u64));
+    for f in &files {
+        let r = copy::reread_from_disk(&f.path)?;
+        read += r.bytes_read;
+        resident = resident.zip(r.pages_resident).map(|(a, b)| a + b);
+        digests.push(FileDigest {
+            rel: f.rel.clone(),
+            size: r.size,
+            sha256: r.sha256,
+        });
+    }
+    Ok(Rehash {
+        path: path.to_path_buf(),
+        layout,
+        sha256: combined(layout, &digests),
+        size: digests.iter().map(|d| d.size).sum(),
+        files: digests.len(),
+        verify_bytes_read: read,
+        pages_resident_before_verify: resident,
+    })
+}
+
+/// The sha256 a layout's digests combine to.
+pub fn combined(layout: Layout, digests: &[FileDigest]) -> String {
+    match layout {
+        Layout::File => digests
+            .first()
+            .map(|d| d.sha256.clone())
+            .unwrap_or_default(),
+        Layout::Dir => dir_digest(digests),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn space_check() {
+        let d = Path::new("/ck");
+        assert!(check_space(100, 10, 110, 0, d).is_ok());
+        let e = check_space(100, 10, 100, 0, d).unwrap_err().to_string();
+        assert!(e.contains("not enough free space in /ck"), "{e}");
+        assert!(e.contains("nothing was touched"), "{e}");
+        // Leftover staging files will be removed first, so they count.
+        assert!(check_space(100, 10, 60, 50, d).is_ok());
+        let e = check_space(100, 10, 50, 50, d).unwrap_err().to_string();
+        assert!(e.contains("leftover staging"), "{e}");
+        assert!(check_space(u64::MAX, u64::MAX, 0, 0, d).is_err());
+    }
+}
