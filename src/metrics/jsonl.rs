@@ -140,6 +140,13 @@ impl Scanner<'_> {
                     let mask = keys.lookup_mask(full);
                     if mask == 0 {
                         self.skip_value()?;
+                    } else if let Some(v) = self.plain_number() {
+                        // The common case: a bare number, read in the pass that finds its end.
+                        for (i, (t, _)) in keys.wanted.iter().enumerate() {
+                            if mask & (1 << i) != 0 {
+                                self.fields.set(*t, v);
+                            }
+                        }
                     } else {
                         let (vs, ve) = self.scalar()?;
                         let raw = &b[vs..ve];
@@ -169,6 +176,23 @@ impl Scanner<'_> {
                 }
                 _ => return Err(self.err("',' or '}'")),
             }
+        }
+    }
+
+    /// A bare decimal number at the cursor, followed by a delimiter; moves past it.
+    #[inline]
+    fn plain_number(&mut self) -> Option<f64> {
+        let rest = &self.b[self.i..];
+        if !matches!(rest.first(), Some(b'0'..=b'9' | b'-')) {
+            return None;
+        }
+        let (v, n) = super::num::decimal_prefix(rest)?;
+        match rest.get(n) {
+            None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\r') => {
+                self.i += n;
+                Some(v)
+            }
+            _ => None,
         }
     }
 

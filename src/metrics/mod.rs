@@ -231,6 +231,7 @@ impl Keys {
         let mut mask = 0;
         for (i, (_, k)) in self.wanted.iter().enumerate() {
             if k.len() == key.len()
+                && (k.first() == key.first() || self.has_sep[i])
                 && (k.as_slice() == key || (self.has_sep[i] && same_key(k, key)))
             {
                 mask |= 1 << i;

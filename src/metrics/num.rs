@@ -34,6 +34,13 @@ const POW10: [f64; 23] = [
 /// covers what trainers print; anything else (more digits, big exponents) returns None and
 /// takes the standard parser.
 fn fast_decimal(b: &[u8]) -> Option<f64> {
+    decimal_prefix(b).and_then(|(v, n)| (n == b.len()).then_some(v))
+}
+
+/// The fast path on the longest decimal at the start of `b`: its value and length. Lets the
+/// JSONL scanner read a number in the same pass that finds its end.
+#[inline]
+pub fn decimal_prefix(b: &[u8]) -> Option<(f64, usize)> {
     let (neg, mut i) = match b.first()? {
         b'-' => (true, 1),
         b'+' => (false, 1),
@@ -84,7 +91,7 @@ fn fast_decimal(b: &[u8]) -> Option<f64> {
         }
         exp += if eneg { -e } else { e };
     }
-    if i != b.len() || mant > (1u64 << 53) {
+    if mant > (1u64 << 53) {
         return None;
     }
     let m = mant as f64;
@@ -93,7 +100,7 @@ fn fast_decimal(b: &[u8]) -> Option<f64> {
     } else {
         m / *POW10.get((-exp) as usize)?
     };
-    Some(if neg { -v } else { v })
+    Some((if neg { -v } else { v }, i))
 }
 
 /// A time field: unix seconds, or an RFC 3339 string.

@@ -213,10 +213,18 @@ impl Tail {
         // (no second copy). It grows for a big catch-up and shrinks back for small ticks.
         let mut have = open.partial.len();
         let small = 64 << 10;
-        open.partial.resize(small.max(have * 2), 0);
+        // Size the buffer for what is pending: a tick's few lines need little, a first read
+        // of a big log gets large chunks (parsed on all cores).
+        let pending = open
+            .file
+            .metadata()
+            .map_or(0, |m| m.len().saturating_sub(open.offset)) as usize;
+        let want = (have + pending).clamp(small, CHUNK.max(have * 2));
+        open.partial.resize(want, 0);
         loop {
             if have == open.partial.len() {
-                let grown = (open.partial.len() * 2).clamp(small, CHUNK.max(have * 2));
+                // A line longer than the buffer.
+                let grown = open.partial.len() * 2;
                 open.partial.resize(grown, 0);
             }
             let n = open
