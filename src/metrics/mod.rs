@@ -380,6 +380,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn samples_keep_order_when_converted_on_many_threads() {
+        let recs: Vec<Record> = (0..150_000u64)
+            .map(|i| Record {
+                step: i,
+                time: (i % 2 == 0).then_some(1.0),
+                values: [Some(i as f64), None, None, None, None, None],
+            })
+            .collect();
+        let samples = to_samples(&recs, Some(9.0));
+        assert_eq!(samples.len(), recs.len());
+        assert!(samples.iter().enumerate().all(|(i, s)| s.step == i as u64
+            && s.get(LOSS) == Some(i as f64)
+            && s.time == Some(if i % 2 == 0 { 1.0 } else { 9.0 })));
+    }
+
+    #[test]
     fn keys_match_across_separators() {
         let m = MetricsConfig {
             loss: "train/loss".into(),
