@@ -160,6 +160,13 @@ pub fn reread_from_disk(path: &Path) -> Result<Reread> {
         nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
     );
     let resident = resident_pages(&f, len);
+    // Measured first; now ask for a big read-ahead window for the re-read itself.
+    let _ = nix::fcntl::posix_fadvise(
+        f.as_raw_fd(),
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL,
+    );
     let (sha256, bytes_read) =
         pump(&f, |_| Ok(())).with_context(|| format!("re-reading {}", path.display()))?;
     Ok(Reread {

@@ -91,6 +91,19 @@ pub struct Outcome {
     pub pruned: Vec<Pruned>,
     pub ledger: PathBuf,
     pub ledger_seq: u64,
+    /// Where the time went (wall clock, milliseconds).
+    pub timings_ms: Timings,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timings {
+    /// Copy while hashing, fsync and close (in place: fsync only).
+    pub copy: u64,
+    /// Drop the cache, re-read and hash from disk.
+    pub verify: u64,
+    /// Rename, directory fsync, latest.json, ledger record.
+    pub commit: u64,
+    pub total: u64,
 }
 
 /// Refuse when the checkpoint plus margin does not fit (leftover staging files count as free:
@@ -123,6 +136,9 @@ pub fn check_space(
 }
 
 pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result<Outcome> {
+    let started = std::time::Instant::now();
+    let ms = |t: std::time::Instant| t.elapsed().as_millis() as u64;
+    let mut timings = Timings::default();
     let src = std::fs::canonicalize(&req.src)
         .with_context(|| format!("source checkpoint {}", req.src.display()))?;
     let name = names::file_name(&src)?;
@@ -166,8 +182,10 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     let target = dest.join(&name);
     let ledger = Ledger::new(&req.ledger);
 
+    let t = std::time::Instant::now();
     let (digests, reread, mut dirsync) = if in_place {
         let (digests, reread) = place::sync_and_reread(&before, layout)?;
+        timings.verify = ms(t);
         source::unchanged(&src, layout, &before)?;
         failpoint::hit("after_verify");
         (digests, reread, copy::fsync_dir(&dest)?)
@@ -175,8 +193,11 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         let mut staging = place::Staging::new(dest.join(names::staging_name(&name)));
         let written = place::copy_in(&before, layout, staging.path())?;
         failpoint::hit("after_fsync");
+        timings.copy = ms(t);
         source::unchanged(&src, layout, &before)?;
+        let t = std::time::Instant::now();
         let (reread_digests, reread) = place::reread(&written, layout, staging.path())?;
+        timings.verify = ms(t);
         if let Some(why) = place::mismatch(&written, &reread_digests) {
             staging.disarm();
             let evidence = place::set_aside_bad_copy(staging.path(), &dest, &name, clock.now())?;
@@ -198,6 +219,7 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         }
         failpoint::hit("after_verify");
         let mut dirsync = DirSync::Ok;
+        let t = std::time::Instant::now();
         if let Some(l) = latest_before
             .as_ref()
             .filter(|l| l.path == name && target.exists())
@@ -218,8 +240,10 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         staging.disarm();
         failpoint::hit("after_rename");
         dirsync = dirsync.and(copy::fsync_dir(&dest)?);
+        timings.commit = ms(t);
         (written, reread, dirsync)
     };
+    let t = std::time::Instant::now();
 
     let sha256 = combined(layout, &digests);
     failpoint::hit("before_manifest");
@@ -262,11 +286,13 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
             )
         })?;
     failpoint::hit("after_ledger");
+    timings.commit += ms(t);
 
     let pruned = match &req.retention {
         Some(policy) => prune(&ledger, &req.run, policy, &target, clock)?,
         None => Vec::new(),
     };
+    timings.total = ms(started);
     Ok(Outcome {
         path: target,
         sha256,
@@ -286,6 +312,7 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         pruned,
         ledger: req.ledger.clone(),
         ledger_seq: rec.seq,
+        timings_ms: timings,
     })
 }
 
@@ -298,7 +325,13 @@ fn prune(
     clock: &dyn Clock,
 ) -> Result<Vec<Pruned>> {
     let records = ledger.records()?;
-    let published = crate::checkpoints::published(&records, run);
+    // Per destination: a run published to two places (local + backup) keeps N in each, and
+    // never loses the checkpoint another directory's latest.json points to.
+    let dir = latest.parent();
+    let published: Vec<_> = crate::checkpoints::published(&records, run)
+        .into_iter()
+        .filter(|c| c.path.parent() == dir)
+        .collect();
     let mut out = Vec::new();
     for c in retention::plan(&published, policy, &[latest.to_path_buf()]) {
         let path = c.checkpoint.path;
