@@ -324,4 +324,13 @@ mod tests {
             r.pages_resident
         );
     }
+
+    #[test]
+    fn dir_sync_keeps_the_first_warning() {
+        let w = DirSync::Unsupported("EINVAL on /mnt/c".into());
+        assert_eq!(DirSync::Ok.and(DirSync::Ok).text(), "ok");
+        assert_eq!(DirSync::Ok.and(w.clone()), w);
+        assert_eq!(w.clone().and(DirSync::Unsupported("other".into())), w);
+        assert_eq!(w.clone().and(DirSync::Ok).text(), "EINVAL on /mnt/c");
+    }
 }
