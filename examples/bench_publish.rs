@@ -31,6 +31,21 @@ fn sh(script: &str) {
     assert!(st.success(), "{script} failed");
 }
 
+/// CPU seconds (user + system) used so far by this process or by its waited-for children.
+fn cpu(who: i32) -> f64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(who, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -102,7 +117,13 @@ fn main() {
         }
     );
 
+    println!(
+        "load average before: {} ({} CPUs)",
+        loadavg(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     let (mut roger_t, mut cp_sha_t, mut cp_t) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut roger_cpu, mut cp_sha_cpu, mut cp_cpu) = (0.0, 0.0, 0.0);
     for rep in 0..reps {
         let dst = root.join(format!("dst-{rep}"));
         std::fs::create_dir_all(&dst).unwrap();
@@ -116,13 +137,16 @@ fn main() {
             margin: 0,
         };
         drop_caches();
+        let c0 = cpu(libc::RUSAGE_SELF);
         let t = Instant::now();
         let out = publish(&req, &RealDisk, &SystemClock).expect("publish");
         roger_t.push(t.elapsed());
+        roger_cpu += cpu(libc::RUSAGE_SELF) - c0;
         assert_eq!(out.verify_bytes_read, size);
 
         let d = dst.join("a.bin");
         drop_caches();
+        let c0 = cpu(libc::RUSAGE_CHILDREN);
         let t = Instant::now();
         sh(&format!(
             "cp '{}' '{}' && sync && sha256sum '{}' >/dev/null",
@@ -131,12 +155,15 @@ fn main() {
             d.display()
         ));
         cp_sha_t.push(t.elapsed());
+        cp_sha_cpu += cpu(libc::RUSAGE_CHILDREN) - c0;
 
         let d = dst.join("b.bin");
         drop_caches();
+        let c0 = cpu(libc::RUSAGE_CHILDREN);
         let t = Instant::now();
         sh(&format!("cp '{}' '{}' && sync", src.display(), d.display()));
         cp_t.push(t.elapsed());
+        cp_cpu += cpu(libc::RUSAGE_CHILDREN) - c0;
         println!(
             "  rep {rep}: roger {:.2}s  cp+sync+sha256sum {:.2}s  cp+sync {:.2}s  (roger copy {} ms, verify {} ms, commit {} ms; pages cached before verify: {:?}/{:?})",
             roger_t[rep].as_secs_f64(),
@@ -161,5 +188,13 @@ fn main() {
         r.as_secs_f64() / cs.as_secs_f64(),
         r.as_secs_f64() / c.as_secs_f64()
     );
+    let n = reps as f64;
+    println!(
+        "  CPU seconds per run (user+sys): roger {:.2}  cp+sync+sha256sum {:.2}  cp+sync {:.2}",
+        roger_cpu / n,
+        cp_sha_cpu / n,
+        cp_cpu / n
+    );
+    println!("load average after: {}", loadavg());
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -1,7 +1,7 @@
 //! The byte path. Copies with roger's own read→hash→write loop (`std::fs::copy` would use
 //! copy_file_range/reflink: no pass to hash, shared blocks) into an O_EXCL staging file,
 //! fsyncs it, closes it with the error checked, drops its pages from the cache and re-reads it
-//! from disk to verify. Hashing runs on a second thread so it overlaps the I/O.
+//! from disk to verify. Reading, hashing and writing run on three threads so they overlap.
 
 use super::failpoint;
 use anyhow::{bail, Context, Result};
@@ -12,49 +12,86 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, IntoRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 
-/// Chunk size of the pipeline: large sequential I/O, three chunks in flight.
+/// Chunk size of the pipeline: large sequential I/O, a few chunks in flight.
 pub const CHUNK: usize = 8 << 20;
-const IN_FLIGHT: usize = 3;
+const IN_FLIGHT: usize = 4;
 /// Start write-back every this many bytes so the final fsync has little left to do.
 const KICK_WRITEBACK: u64 = 64 << 20;
 
-/// Read `r` to its end; `sink` sees every chunk while a second thread hashes it.
-pub fn pump(
-    mut r: impl Read,
-    mut sink: impl FnMut(&[u8]) -> io::Result<()>,
-) -> io::Result<(String, u64)> {
-    let (to_hash, hash_rx) = mpsc::sync_channel::<(Vec<u8>, usize)>(IN_FLIGHT);
-    let (back_tx, back_rx) = mpsc::channel::<Vec<u8>>();
+/// Read `r` to its end on this thread while one thread hashes each chunk and another hands it
+/// to `sink` (the write), so reading, hashing and writing overlap.
+pub fn pump<S>(mut r: impl Read, mut sink: S) -> io::Result<(String, u64)>
+where
+    S: FnMut(&[u8]) -> io::Result<()> + Send,
+{
+    type Chunk = (Arc<Vec<u8>>, usize);
+    let (hash_tx, hash_rx) = mpsc::sync_channel::<Chunk>(IN_FLIGHT);
+    let (sink_tx, sink_rx) = mpsc::sync_channel::<Chunk>(IN_FLIGHT);
+    let (back_tx, back_rx) = mpsc::channel::<Arc<Vec<u8>>>();
     for _ in 0..IN_FLIGHT {
-        back_tx.send(vec![0u8; CHUNK]).expect("receiver alive");
+        back_tx
+            .send(Arc::new(vec![0u8; CHUNK]))
+            .expect("receiver alive");
     }
+    let failed = AtomicBool::new(false);
+    let sink_err: Mutex<Option<io::Error>> = Mutex::new(None);
     std::thread::scope(|s| {
+        let back = back_tx.clone();
         let hasher = s.spawn(move || {
             let mut h = Sha256::new();
             for (buf, k) in hash_rx {
                 h.update(&buf[..k]);
-                if back_tx.send(buf).is_err() {
-                    break;
-                }
+                let _ = back.send(buf);
             }
             crate::config::hex(&h.finalize())
         });
+        let back = back_tx;
+        let (failed, sink_err) = (&failed, &sink_err);
+        let writer = s.spawn(move || {
+            for (buf, k) in sink_rx {
+                // After an error, keep handing buffers back so the reader never waits forever.
+                if !failed.load(Ordering::Relaxed) {
+                    if let Err(e) = sink(&buf[..k]) {
+                        *sink_err.lock().expect("error slot") = Some(e);
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                }
+                let _ = back.send(buf);
+            }
+        });
         let mut n = 0u64;
-        let result = (|| loop {
-            let mut buf = back_rx.recv().expect("hasher hands buffers back");
+        let result: io::Result<()> = (|| loop {
+            if failed.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            // A buffer is free again once both the hasher and the writer returned it.
+            let mut buf = loop {
+                let shared = back_rx.recv().expect("workers hand buffers back");
+                if let Ok(b) = Arc::try_unwrap(shared) {
+                    break b;
+                }
+            };
             let k = read_full(&mut r, &mut buf)?;
             if k == 0 {
                 return Ok(());
             }
-            sink(&buf[..k])?;
             n += k as u64;
-            to_hash.send((buf, k)).expect("hasher alive");
+            let shared = Arc::new(buf);
+            hash_tx.send((shared.clone(), k)).expect("hasher alive");
+            sink_tx.send((shared, k)).expect("writer alive");
         })();
-        drop(to_hash);
+        drop(hash_tx);
+        drop(sink_tx);
         let sha = hasher.join().expect("hasher thread");
-        result.map(|()| (sha, n))
+        writer.join().expect("writer thread");
+        result?;
+        if let Some(e) = sink_err.lock().expect("error slot").take() {
+            return Err(e);
+        }
+        Ok((sha, n))
     })
 }
 
