@@ -181,8 +181,13 @@ fn print_human(o: &Outcome) {
     );
     let how = if o.in_place { "in place, " } else { "" };
     outln!(
-        "  verified from disk ({how}{} bytes re-read; {} of {} pages cached before the re-read)",
+        "  verified from disk ({how}{} bytes re-read{}; {} of {} pages cached before the re-read)",
         o.verify_bytes_read,
+        if o.verify_direct_io {
+            " with O_DIRECT"
+        } else {
+            ""
+        },
         o.pages_resident_before_verify
             .map_or("?".to_string(), |p| p.to_string()),
         o.pages_total.map_or("?".to_string(), |p| p.to_string())

@@ -16,8 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 /// Chunk size of the pipeline: large sequential I/O, a few chunks in flight.
-pub const CHUNK: usize = 8 << 20;
-const IN_FLIGHT: usize = 4;
+pub const CHUNK: usize = 1 << 20;
+const IN_FLIGHT: usize = 8;
+/// Buffer and chunk alignment O_DIRECT needs (the largest logical block size in use).
+const ALIGN: usize = 4096;
 /// Start write-back every this many bytes so the final fsync has little left to do.
 const KICK_WRITEBACK: u64 = 64 << 20;
 
@@ -27,13 +29,14 @@ pub fn pump<S>(mut r: impl Read, mut sink: S) -> io::Result<(String, u64)>
 where
     S: FnMut(&[u8]) -> io::Result<()> + Send,
 {
-    type Chunk = (Arc<Vec<u8>>, usize);
+    // (buffer, start of its ALIGN-aligned window, bytes in it)
+    type Chunk = (Arc<Vec<u8>>, usize, usize);
     let (hash_tx, hash_rx) = mpsc::sync_channel::<Chunk>(IN_FLIGHT);
     let (sink_tx, sink_rx) = mpsc::sync_channel::<Chunk>(IN_FLIGHT);
     let (back_tx, back_rx) = mpsc::channel::<Arc<Vec<u8>>>();
     for _ in 0..IN_FLIGHT {
         back_tx
-            .send(Arc::new(vec![0u8; CHUNK]))
+            .send(Arc::new(vec![0u8; CHUNK + ALIGN]))
             .expect("receiver alive");
     }
     let failed = AtomicBool::new(false);
@@ -42,8 +45,8 @@ where
         let back = back_tx.clone();
         let hasher = s.spawn(move || {
             let mut h = Sha256::new();
-            for (buf, k) in hash_rx {
-                h.update(&buf[..k]);
+            for (buf, at, k) in hash_rx {
+                h.update(&buf[at..at + k]);
                 let _ = back.send(buf);
             }
             crate::config::hex(&h.finalize())
@@ -51,10 +54,10 @@ where
         let back = back_tx;
         let (failed, sink_err) = (&failed, &sink_err);
         let writer = s.spawn(move || {
-            for (buf, k) in sink_rx {
+            for (buf, at, k) in sink_rx {
                 // After an error, keep handing buffers back so the reader never waits forever.
                 if !failed.load(Ordering::Relaxed) {
-                    if let Err(e) = sink(&buf[..k]) {
+                    if let Err(e) = sink(&buf[at..at + k]) {
                         *sink_err.lock().expect("error slot") = Some(e);
                         failed.store(true, Ordering::Relaxed);
                     }
@@ -74,14 +77,16 @@ where
                     break b;
                 }
             };
-            let k = read_full(&mut r, &mut buf)?;
+            // Aligned for O_DIRECT reads (the vector's heap block never moves).
+            let at = buf.as_ptr().align_offset(ALIGN);
+            let k = read_full(&mut r, &mut buf[at..at + CHUNK])?;
             if k == 0 {
                 return Ok(());
             }
             n += k as u64;
             let shared = Arc::new(buf);
-            hash_tx.send((shared.clone(), k)).expect("hasher alive");
-            sink_tx.send((shared, k)).expect("writer alive");
+            hash_tx.send((shared.clone(), at, k)).expect("hasher alive");
+            sink_tx.send((shared, at, k)).expect("writer alive");
         })();
         drop(hash_tx);
         drop(sink_tx);
@@ -183,10 +188,13 @@ pub struct Reread {
     /// many; `None` where mincore is unavailable.
     pub pages_resident: Option<u64>,
     pub pages_total: Option<u64>,
+    /// The re-read used O_DIRECT (bypassed the page cache altogether).
+    pub direct_io: bool,
 }
 
 /// Drop the file's pages from the cache (it is fsynced, so they are clean), count what is still
-/// resident, then re-read and hash it.
+/// resident, then re-read and hash it with O_DIRECT (straight from the device, no page cache;
+/// buffered where the filesystem refuses O_DIRECT).
 pub fn reread_from_disk(path: &Path) -> Result<Reread> {
     let f = File::open(path).with_context(|| format!("opening {} to verify", path.display()))?;
     let len = f.metadata()?.len();
@@ -197,22 +205,78 @@ pub fn reread_from_disk(path: &Path) -> Result<Reread> {
         nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
     );
     let resident = resident_pages(&f, len);
-    // Measured first; now ask for a big read-ahead window for the re-read itself.
-    let _ = nix::fcntl::posix_fadvise(
-        f.as_raw_fd(),
-        0,
-        0,
-        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL,
-    );
+    let mut reader = DirectReader::open(path, len)?;
     let (sha256, bytes_read) =
-        pump(&f, |_| Ok(())).with_context(|| format!("re-reading {}", path.display()))?;
+        pump(&mut reader, |_| Ok(())).with_context(|| format!("re-reading {}", path.display()))?;
     Ok(Reread {
         sha256,
         size: len,
         bytes_read,
         pages_resident: resident.map(|r| r.0),
         pages_total: resident.map(|r| r.1),
+        direct_io: reader.direct,
     })
+}
+
+/// Positional reads of exactly `len` bytes; O_DIRECT when the filesystem allows it. `pump`
+/// hands it aligned buffers of whole blocks, so every read starts block-aligned.
+struct DirectReader {
+    f: File,
+    off: u64,
+    len: u64,
+    direct: bool,
+}
+
+impl DirectReader {
+    fn open(path: &Path, len: u64) -> Result<DirectReader> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let direct = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path);
+        let (f, direct) = match direct {
+            Ok(f) => (f, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (File::open(path)?, false),
+            Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
+        };
+        Ok(DirectReader {
+            f,
+            off: 0,
+            len,
+            direct,
+        })
+    }
+
+    fn drop_direct(&mut self) -> io::Result<()> {
+        let fd = self.f.as_raw_fd();
+        // SAFETY: fcntl on an fd we own.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_DIRECT) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.direct = false;
+        Ok(())
+    }
+}
+
+impl Read for DirectReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        if self.off >= self.len {
+            // Never read at the unaligned end offset: O_DIRECT would refuse it.
+            return Ok(0);
+        }
+        let n = match self.f.read_at(buf, self.off) {
+            Err(e) if self.direct && self.off == 0 && e.raw_os_error() == Some(libc::EINVAL) => {
+                // Opened with O_DIRECT but the filesystem will not do it: read buffered.
+                self.drop_direct()?;
+                self.f.read_at(buf, self.off)?
+            }
+            other => other?,
+        };
+        self.off += n as u64;
+        Ok(n)
+    }
 }
 
 /// (resident, total) pages of the file per mincore(2).

@@ -85,6 +85,8 @@ pub struct Outcome {
     /// Pages of the checkpoint still cached right before the verify read (mincore).
     pub pages_resident_before_verify: Option<u64>,
     pub pages_total: Option<u64>,
+    /// The verify read bypassed the page cache (O_DIRECT).
+    pub verify_direct_io: bool,
     pub free_before: Option<u64>,
     /// Leftovers of earlier, killed publishes that were removed.
     pub cleaned: Vec<String>,
@@ -307,6 +309,7 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         verify_bytes_read: reread.bytes_read,
         pages_resident_before_verify: reread.pages_resident,
         pages_total: reread.pages_total,
+        verify_direct_io: reread.direct_io,
         free_before,
         cleaned,
         pruned,

@@ -286,6 +286,7 @@ fn the_verify_read_comes_from_disk() {
     let total = o["pages_total"].as_u64().unwrap();
     let resident = o["pages_resident_before_verify"].as_u64().unwrap();
     assert_eq!(o["verify_bytes_read"], o["size"]);
+    eprintln!("verify used O_DIRECT: {}", o["verify_direct_io"]);
     assert_eq!(total, o["size"].as_u64().unwrap().div_ceil(4096));
     let tmpfs = nix::sys::statfs::statfs(env.dir.path())
         .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
