@@ -3,12 +3,12 @@
 //! fsyncs it, closes it with the error checked, drops its pages from the cache and re-reads it
 //! from disk to verify. Reading, hashing and writing run on three threads so they overlap.
 
-use super::failpoint;
+use super::{direct, failpoint};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsRawFd, IntoRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -19,9 +19,7 @@ use std::sync::{mpsc, Arc, Mutex};
 pub const CHUNK: usize = 1 << 20;
 const IN_FLIGHT: usize = 8;
 /// Buffer and chunk alignment O_DIRECT needs (the largest logical block size in use).
-const ALIGN: usize = 4096;
-/// Start write-back every this many bytes so the final fsync has little left to do.
-const KICK_WRITEBACK: u64 = 64 << 20;
+pub const ALIGN: usize = 4096;
 
 /// Read `r` to its end on this thread while one thread hashes each chunk and another hands it
 /// to `sink` (the write), so reading, hashing and writing overlap.
@@ -124,33 +122,18 @@ pub fn copy_file(src: &Path, dst: &Path) -> Result<(String, u64)> {
         0,
         nix::fcntl::PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL,
     );
-    let mut out = OpenOptions::new()
+    let out = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o644)
         .open(dst)
         .with_context(|| format!("creating staging file {}", dst.display()))?;
-    let fd = out.as_raw_fd();
-    let (mut written, mut kicked) = (0u64, 0u64);
-    let (sha, n) = pump(input, |chunk| {
-        out.write_all(chunk)?;
-        written += chunk.len() as u64;
-        if written - kicked >= KICK_WRITEBACK {
-            // Asynchronous: queue write-back of what is written so far (fsync still decides).
-            // SAFETY: plain syscall on an fd we own.
-            unsafe {
-                libc::sync_file_range(
-                    fd,
-                    kicked as i64,
-                    (written - kicked) as i64,
-                    libc::SYNC_FILE_RANGE_WRITE,
-                );
-            }
-            kicked = written;
-        }
-        Ok(())
-    })
-    .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    let mut writer = direct::StagingWriter::new(out);
+    let (sha, n) = pump(input, |chunk| writer.write_chunk(chunk))
+        .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    let out = writer
+        .finish()
+        .with_context(|| format!("writing {}", dst.display()))?;
     failpoint::hit("after_staging_write");
     sync_and_close(out, dst)?;
     Ok((sha, n))
@@ -205,7 +188,7 @@ pub fn reread_from_disk(path: &Path) -> Result<Reread> {
         nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
     );
     let resident = resident_pages(&f, len);
-    let mut reader = DirectReader::open(path, len)?;
+    let mut reader = direct::DirectReader::open(path, len)?;
     let (sha256, bytes_read) =
         pump(&mut reader, |_| Ok(())).with_context(|| format!("re-reading {}", path.display()))?;
     Ok(Reread {
@@ -216,67 +199,6 @@ pub fn reread_from_disk(path: &Path) -> Result<Reread> {
         pages_total: resident.map(|r| r.1),
         direct_io: reader.direct,
     })
-}
-
-/// Positional reads of exactly `len` bytes; O_DIRECT when the filesystem allows it. `pump`
-/// hands it aligned buffers of whole blocks, so every read starts block-aligned.
-struct DirectReader {
-    f: File,
-    off: u64,
-    len: u64,
-    direct: bool,
-}
-
-impl DirectReader {
-    fn open(path: &Path, len: u64) -> Result<DirectReader> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let direct = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path);
-        let (f, direct) = match direct {
-            Ok(f) => (f, true),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (File::open(path)?, false),
-            Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
-        };
-        Ok(DirectReader {
-            f,
-            off: 0,
-            len,
-            direct,
-        })
-    }
-
-    fn drop_direct(&mut self) -> io::Result<()> {
-        let fd = self.f.as_raw_fd();
-        // SAFETY: fcntl on an fd we own.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_DIRECT) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        self.direct = false;
-        Ok(())
-    }
-}
-
-impl Read for DirectReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        use std::os::unix::fs::FileExt;
-        if self.off >= self.len {
-            // Never read at the unaligned end offset: O_DIRECT would refuse it.
-            return Ok(0);
-        }
-        let n = match self.f.read_at(buf, self.off) {
-            Err(e) if self.direct && self.off == 0 && e.raw_os_error() == Some(libc::EINVAL) => {
-                // Opened with O_DIRECT but the filesystem will not do it: read buffered.
-                self.drop_direct()?;
-                self.f.read_at(buf, self.off)?
-            }
-            other => other?,
-        };
-        self.off += n as u64;
-        Ok(n)
-    }
 }
 
 /// (resident, total) pages of the file per mincore(2).

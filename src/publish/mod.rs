@@ -6,6 +6,7 @@
 //! The byte path is in `copy`, the swap/rejection side effects in `place`.
 
 pub mod copy;
+pub mod direct;
 pub mod failpoint;
 pub mod formats;
 pub mod manifest;
