@@ -298,3 +298,13 @@ fn verify(t: &Target, path: Option<&Path>, json: bool) -> Result<u8> {
     }
     Ok(exit::DONE)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn help_lists_every_failpoint() {
+        for fp in crate::publish::failpoint::ALL {
+            assert!(super::AFTER_HELP.contains(fp), "{fp} missing from --help");
+        }
+    }
+}

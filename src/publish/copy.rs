@@ -4,7 +4,7 @@
 //! from disk to verify. Reading, hashing and writing run on three threads so they overlap.
 
 use super::{direct, failpoint};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
@@ -135,23 +135,30 @@ pub fn copy_file(src: &Path, dst: &Path) -> Result<(String, u64)> {
         .finish()
         .with_context(|| format!("writing {}", dst.display()))?;
     failpoint::hit("after_staging_write");
-    sync_and_close(out, dst)?;
+    fsync_once(&out, dst)?;
+    if let Some(len) = failpoint::truncate_after_fsync() {
+        // Test-only: the WSL failure, bytes lost after fsync said they were safe.
+        out.set_len(len)
+            .with_context(|| format!("test fault: truncating {}", dst.display()))?;
+    }
+    close(out).with_context(|| format!("closing {}", dst.display()))?;
     Ok((sha, n))
 }
 
-/// fsync, then the test-only truncation fault, then close with its error checked.
-pub fn sync_and_close(f: File, path: &Path) -> Result<()> {
-    if let Err(e) = f.sync_all() {
-        bail!(
+/// fsync; an error is final for this file (never retried: the kernel reports a write-back
+/// error once, and the pages may already be gone).
+fn fsync_once(f: &File, path: &Path) -> Result<()> {
+    f.sync_all().map_err(|e| {
+        anyhow::anyhow!(
             "fsync of {} failed: {e}; that copy is discarded (fsync is never retried on the same file)",
             path.display()
-        );
-    }
-    if let Some(len) = failpoint::truncate_after_fsync() {
-        // Test-only: the WSL failure, bytes lost after fsync said they were safe.
-        f.set_len(len)
-            .with_context(|| format!("test fault: truncating {}", path.display()))?;
-    }
+        )
+    })
+}
+
+/// fsync, then close with its error checked.
+pub fn sync_and_close(f: File, path: &Path) -> Result<()> {
+    fsync_once(&f, path)?;
     close(f).with_context(|| format!("closing {}", path.display()))
 }
 

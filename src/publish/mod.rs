@@ -292,7 +292,12 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     timings.commit += ms(t);
 
     let pruned = match &req.retention {
-        Some(policy) => prune(&ledger, &req.run, policy, &target, clock)?,
+        Some(policy) => prune(&ledger, &req.run, policy, &target, clock).with_context(|| {
+            format!(
+                "{} is published and recorded, but retention failed",
+                target.display()
+            )
+        })?,
         None => Vec::new(),
     };
     timings.total = ms(started);
