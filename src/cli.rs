@@ -50,6 +50,23 @@ pub enum Command {
     /// Publish a checkpoint crash-safely: copy, fsync, verify from disk, rename, latest.json,
     /// ledger record, retention. `--verify` re-hashes a published one.
     Publish(cmd::publish::PublishArgs),
+    /// The disk before the emergency (free space, growth, hours to full, prune), clean logs
+    /// (ANSI, tqdm redraws), flapping checks, regressions against a baseline run.
+    Hygiene(cmd::hygiene::HygieneArgs),
+    /// Set suspect items aside (moved, never copied) until a trial proves them good:
+    /// add, list, show, prove, release, purge, and scan the run's outputs.
+    Quarantine(cmd::quarantine::QuarantineArgs),
+    /// The machine under the run: GPUs (throttling, ECC, XIDs), who holds VRAM (orphans),
+    /// host memory, free space and filesystem kind of every path. Exit 0 ok, 1 warn, 2 fail,
+    /// 3 unknown. `--record F` saves GPU snapshots for `[gpu] source = "replay"`.
+    Probe(cmd::probe::ProbeArgs),
+    /// GEMM TFLOPS per dtype and memory bandwidth against the GPU's dense spec (cuBLAS; CPU
+    /// GFLOPS without a GPU), and MFU arbitration: with --params and the run's tokens/s, says
+    /// whether the GPU or the code is slow. Exit 0 ok, 1 warn, 2 fail, 3 unknown.
+    Bench(cmd::bench::BenchArgs),
+    /// Supervise a training run (or attach to one): tell wedge, grind, zombie and crash apart,
+    /// kill only after a ledger record, relaunch from the last good checkpoint.
+    Watch(cmd::watch::WatchArgs),
 }
 
 /// Options every subcommand sees, turned into plain values.
@@ -104,6 +121,109 @@ mod tests {
                 "--to",
                 "ck",
             ],
+            &["roger", "hygiene", "disk", "--json"],
+            &["roger", "hygiene", "disk", "--prune", "--dry-run"],
+            &["roger", "hygiene", "clean"],
+            &["roger", "hygiene", "clean", "-"],
+            &[
+                "roger",
+                "hygiene",
+                "clean",
+                "train.log",
+                "--in-place",
+                "--keep-original",
+            ],
+            &[
+                "roger", "hygiene", "flap", "--ledger", "l.jsonl", "--all", "--json",
+            ],
+            &[
+                "roger",
+                "quarantine",
+                "add",
+                "ck.pt",
+                "--reason",
+                "bad hash",
+            ],
+            &["roger", "quarantine", "--dir", "q", "list", "--json"],
+            &["roger", "quarantine", "show", "2026", "--ledger", "l.jsonl"],
+            &[
+                "roger",
+                "quarantine",
+                "prove",
+                "id",
+                "--timeout",
+                "10m",
+                "--",
+                "python",
+                "-c",
+                "x",
+            ],
+            &["roger", "quarantine", "release", "id"],
+            &[
+                "roger",
+                "quarantine",
+                "release",
+                "id",
+                "--force",
+                "--reason",
+                "checked",
+            ],
+            &[
+                "roger",
+                "quarantine",
+                "purge",
+                "--older-than",
+                "7d",
+                "--force",
+            ],
+            &[
+                "roger",
+                "quarantine",
+                "scan",
+                "--crashed",
+                "--since",
+                "2026-01-02T03:04:05Z",
+            ],
+            &[
+                "roger",
+                "quarantine",
+                "scan",
+                "out.json",
+                "--crashed",
+                "--since",
+                "1700000000",
+            ],
+            &["roger", "probe"],
+            &["roger", "probe", "--json", "--no-ledger"],
+            &[
+                "roger",
+                "probe",
+                "--record",
+                "r.json",
+                "--samples",
+                "2",
+                "--every",
+                "10ms",
+            ],
+            &["roger", "probe", "--replay", "r.json", "--source", "replay"],
+            &[
+                "roger", "bench", "--device", "cpu", "--sizes", "64,128", "--iters", "2",
+            ],
+            &[
+                "roger",
+                "bench",
+                "--dtypes",
+                "bf16,fp16",
+                "--params",
+                "124e6",
+                "--tokens-per-s",
+                "5e4",
+            ],
+            &[
+                "roger", "watch", "--", "python", "train.py", "--resume", "{ckpt}",
+            ],
+            &["roger", "watch", "--pid", "123", "--dry-run", "--json"],
+            &["roger", "watch"],
         ];
         for argv in ok {
             assert!(Cli::try_parse_from(argv).is_ok(), "{argv:?}");
@@ -117,6 +237,37 @@ mod tests {
             &["roger", "publish", "x.pt", "--step", "ten"],
             &["roger", "publish", "--verify", "--step", "3"],
             &["roger", "publish", "x.pt", "--no-prune", "--keep-last", "2"],
+            &["roger", "hygiene", "disk", "--dry-run"],
+            &["roger", "hygiene", "regress"],
+            &[
+                "roger",
+                "hygiene",
+                "regress",
+                "--baseline",
+                "b",
+                "--format",
+                "xml",
+            ],
+            &["roger", "hygiene", "clean", "--keep-original"],
+            &["roger", "quarantine", "add", "ck.pt"],
+            &["roger", "quarantine", "prove", "id"],
+            &["roger", "quarantine", "release", "id", "--force"],
+            &["roger", "quarantine", "release", "id", "--reason", "x"],
+            &["roger", "quarantine", "purge", "--older-than", "a week"],
+            &[
+                "roger",
+                "quarantine",
+                "scan",
+                "--since",
+                "2026-01-02T03:04:05Z",
+            ],
+            &["roger", "probe", "--samples", "2"],
+            &["roger", "probe", "--record", "r.json", "--samples", "0"],
+            &["roger", "probe", "--record", "r.json", "--every", "soon"],
+            &["roger", "bench", "--device", "tpu"],
+            &["roger", "bench", "--dtypes", "fp8"],
+            &["roger", "watch", "--pid", "x"],
+            &["roger", "watch", "--pid", "1", "--", "python"],
         ];
         for argv in bad {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");

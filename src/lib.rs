@@ -1,17 +1,26 @@
 //! roger: a guard for long GPU training runs. `run` parses the command line, builds the real
 //! context, dispatches to `cmd/`, and maps the outcome onto the exit-code table.
 
+pub mod bench;
 pub mod checkpoints;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod critic;
 pub mod digest;
 pub mod exit;
 pub mod gpu;
+pub mod hygiene;
 pub mod ledger;
+pub mod metrics;
 pub mod out;
+pub mod probe;
 pub mod publish;
+pub mod quarantine;
+pub mod schedule;
+pub mod sentinel;
 pub mod sys;
+pub mod watch;
 
 use clap::Parser;
 use std::ffi::OsString;

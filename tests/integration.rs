@@ -2,6 +2,11 @@
 
 mod util;
 
+mod bench;
 mod cli;
+mod hygiene;
 mod ledger;
+mod probe;
 mod publish;
+mod quarantine;
+mod watch;

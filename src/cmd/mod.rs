@@ -1,9 +1,14 @@
 //! One file per subcommand: turn Args into domain inputs, call the domain, print.
 
+pub mod bench;
 pub mod check;
 pub mod completions;
+pub mod hygiene;
 pub mod ledger;
+pub mod probe;
 pub mod publish;
+pub mod quarantine;
+pub mod watch;
 
 use crate::cli::{Command, Global};
 use crate::exit::Role;
@@ -16,6 +21,11 @@ pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
         Command::Ledger(a) => (Role::Actor, ledger::run(global, a)),
         Command::Completions(a) => (Role::Actor, completions::run(a)),
         Command::Publish(a) => (Role::Actor, publish::run(global, a)),
+        Command::Hygiene(a) => (hygiene::role(&a), hygiene::run(global, a)),
+        Command::Quarantine(a) => (quarantine::role(&a), quarantine::run(global, a)),
+        Command::Probe(a) => (Role::Judge, probe::run(global, a)),
+        Command::Bench(a) => (Role::Judge, bench::run(global, a)),
+        Command::Watch(a) => (Role::Actor, watch::run(global, a)),
     }
 }
 

@@ -86,7 +86,7 @@ pub enum ScheduleKind {
 }
 
 /// The LR curve the run should follow. One curve for the run; thresholds stay per phase.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleConfig {
     pub kind: ScheduleKind,
@@ -179,6 +179,11 @@ pub struct CriticConfig {
     pub grad_nonfinite_consecutive: usize,
     /// Evals looked at for the overfitting trend.
     pub eval_window: usize,
+    /// The loss band, grad-norm ceiling and VRAM are judged on the median of this many of
+    /// the newest samples, so one noisy batch does not fail a run (NaN and 0 fail at once).
+    pub band_samples: usize,
+    /// Samples a trend (loss slope, spike median) needs before it is judged; fewer → unknown.
+    pub min_samples: usize,
     /// Run the disk check each tick.
     pub disk_check: bool,
 }
@@ -189,6 +194,8 @@ impl Default for CriticConfig {
             interval: Dur::secs(30),
             grad_nonfinite_consecutive: 3,
             eval_window: 3,
+            band_samples: 5,
+            min_samples: 5,
             disk_check: false,
         }
     }

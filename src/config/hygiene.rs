@@ -90,6 +90,8 @@ pub struct QuarantineConfig {
     pub outputs: Vec<PathBuf>,
     /// `purge` default age.
     pub purge_after: Dur,
+    /// `prove` kills a trial that runs longer than this (absent: no limit).
+    pub trial_timeout: Option<Dur>,
 }
 
 impl Default for QuarantineConfig {
@@ -98,6 +100,7 @@ impl Default for QuarantineConfig {
             dir: None,
             outputs: Vec::new(),
             purge_after: Dur::secs(7 * 86400),
+            trial_timeout: None,
         }
     }
 }

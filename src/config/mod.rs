@@ -380,6 +380,27 @@ fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
             w.calibrate_factor
         );
     }
+    if !(w.busy_cpu.is_finite() && w.busy_cpu > 0.0) {
+        bail!(
+            "{file}: [watch] expected busy_cpu > 0 (a fraction of one core), got {}",
+            w.busy_cpu
+        );
+    }
+    if !(w.gpu_pinned_util > 0.0 && w.gpu_pinned_util <= 100.0) {
+        bail!(
+            "{file}: [watch] expected 0 < gpu_pinned_util <= 100 (percent), got {}",
+            w.gpu_pinned_util
+        );
+    }
+    if !(w.gpu_low_power >= 0.0 && w.gpu_low_power <= 1.0) {
+        bail!(
+            "{file}: [watch] expected 0 <= gpu_low_power <= 1 (a fraction of the power limit), got {}",
+            w.gpu_low_power
+        );
+    }
+    if w.interval.0.is_zero() {
+        bail!("{file}: [watch] expected interval > 0");
+    }
     let d = &raw.disk;
     if d.fail_free > d.warn_free {
         bail!("{file}: [disk] expected fail_free <= warn_free");

@@ -1,6 +1,6 @@
 //! `[watch]`: how to relaunch, how patient to be, and when to give up.
 
-use super::units::Dur;
+use super::units::{Bytes, Dur};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -44,8 +44,18 @@ pub struct WatchConfig {
     pub rollback_on: Vec<String>,
     /// Steps before the divergence to roll back to at least.
     pub rollback_margin_steps: u64,
-    /// Run the disk check each tick.
+    /// Each tick, record (once) when free space where checkpoints go drops below
+    /// `[disk] fail_free`.
     pub disk_check: bool,
+    /// CPU use of the run's process tree, as a fraction of one core, that counts as busy.
+    pub busy_cpu: f64,
+    /// I/O (read + written through syscalls) per second that counts as busy, e.g. "1MiB".
+    pub busy_io: Bytes,
+    /// GPU utilisation (%) that counts as pinned.
+    pub gpu_pinned_util: f64,
+    /// A pinned GPU drawing less than this fraction of its power limit is spinning (an
+    /// NCCL-style hang), not computing.
+    pub gpu_low_power: f64,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -82,6 +92,10 @@ impl Default for WatchConfig {
             rollback_on: Vec::new(),
             rollback_margin_steps: 0,
             disk_check: false,
+            busy_cpu: 0.1,
+            busy_io: Bytes(1 << 20),
+            gpu_pinned_util: 90.0,
+            gpu_low_power: 0.4,
         }
     }
 }

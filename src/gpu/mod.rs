@@ -113,10 +113,15 @@ impl GpuReader for FakeGpu {
     }
 }
 
+pub mod checks;
+pub mod nvml;
 pub mod replay;
+pub mod smi;
+pub mod spec;
+pub mod xid;
 
-/// The reader the config asks for. `replay` needs `[gpu] replay = FILE`.
-/// Real sources (NVML, nvidia-smi) are added by the GPU module's `open_real`.
+/// The reader the config asks for: "auto" tries NVML, then `nvidia-smi`; "nvml" and "smi"
+/// only that one; "replay" needs `[gpu] replay = FILE`; "none" never reads.
 pub fn open_reader(cfg: &crate::config::GpuConfig) -> Box<dyn GpuReader> {
     match cfg.source.as_str() {
         "replay" => match &cfg.replay {
@@ -129,7 +134,35 @@ pub fn open_reader(cfg: &crate::config::GpuConfig) -> Box<dyn GpuReader> {
             ))),
         },
         "none" => Box::new(NoGpu("disabled in config ([gpu] source = \"none\")".into())),
-        _ => Box::new(NoGpu("no NVIDIA driver reader in this build yet".into())),
+        "nvml" => match nvml::NvmlGpu::open() {
+            Ok(r) => Box::new(r),
+            Err(e) => Box::new(FailedGpu(e)),
+        },
+        "smi" => match smi::SmiGpu::find() {
+            Ok(r) => Box::new(r),
+            Err(e) => Box::new(FailedGpu(e)),
+        },
+        _ => open_auto(),
+    }
+}
+
+/// NVML when it loads; else nvidia-smi on PATH; else "no GPU" with both reasons.
+fn open_auto() -> Box<dyn GpuReader> {
+    let nvml_err = match nvml::NvmlGpu::open() {
+        Ok(r) => return Box::new(r),
+        Err(e) => e,
+    };
+    match smi::SmiGpu::find() {
+        Ok(r) => Box::new(r),
+        Err(smi_err) => {
+            let smi_err = match smi_err {
+                GpuError::NoGpu(w) | GpuError::Failed(w) => w,
+            };
+            Box::new(FailedGpu(match nvml_err {
+                GpuError::NoGpu(w) => GpuError::NoGpu(format!("{w}; {smi_err}")),
+                GpuError::Failed(w) => GpuError::Failed(format!("{w}; {smi_err}")),
+            }))
+        }
     }
 }
 

@@ -1,7 +1,13 @@
 //! The only place that touches the OS. Each piece sits behind a small trait or plain
 //! function so the logic above it is tested with fakes.
 
+pub mod bounded;
 pub mod clock;
 pub mod disk;
+pub mod fskind;
+pub mod host;
+pub mod pidinfo;
+pub mod proc;
+pub mod wsl;
 
 pub use clock::{Clock, FakeClock, SystemClock};

@@ -1,0 +1,299 @@
+//! The cuBLAS GEMM and bandwidth measurement. It runs in a child process (`roger bench
+//! --worker`): cudarc panics when a library or symbol is missing, and a panic in a child is a
+//! clear message in the parent, never a crash of roger. fp32 via Sgemm (default math, no
+//! TF32), tf32 via GemmEx with CUBLAS_COMPUTE_32F_FAST_TF32, fp16/bf16 via GemmEx with FP32
+//! accumulate. Inputs are random; each size is warmed up, then each run is timed with CUDA
+//! events created with timing enabled.
+
+use super::{median, tflops, GemmResult, Measured};
+use crate::gpu::spec::Dtype;
+use anyhow::{anyhow, Context, Result};
+use cudarc::cublas::{result as blas, sys as blas_sys, CudaBlas};
+use cudarc::driver::{sys as drv, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Host bytes of `n` random elements of `d` in (-1, 1).
+fn random_bytes(d: Dtype, n: usize, seed: u64) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut out = Vec::with_capacity(n * d.size());
+    for _ in 0..n {
+        let v = rng.f32() * 2.0 - 1.0;
+        match d {
+            Dtype::Fp32 | Dtype::Tf32 => out.extend_from_slice(&v.to_le_bytes()),
+            Dtype::Bf16 => out.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes()),
+            Dtype::Fp16 => {
+                // sign | exponent 10..=14 (magnitudes 2^-5 .. <1) | random mantissa.
+                let bits = ((rng.u16(0..2)) << 15) | (rng.u16(10..15) << 10) | rng.u16(0..1024);
+                out.extend_from_slice(&bits.to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+struct Bufs {
+    a: CudaSlice<u8>,
+    b: CudaSlice<u8>,
+    c: CudaSlice<u8>,
+}
+
+fn gemm(
+    blas_h: &CudaBlas,
+    stream: &Arc<CudaStream>,
+    d: Dtype,
+    n: usize,
+    bufs: &mut Bufs,
+) -> Result<()> {
+    let n_i = n as i32;
+    let (a, _ra) = bufs.a.device_ptr(stream);
+    let (b, _rb) = bufs.b.device_ptr(stream);
+    let (c, _rc) = bufs.c.device_ptr_mut(stream);
+    let alpha = 1f32;
+    let beta = 0f32;
+    let op = blas_sys::cublasOperation_t::CUBLAS_OP_N;
+    // SAFETY: a, b, c are live device buffers of n*n elements of `d`; alpha/beta are host f32.
+    unsafe {
+        match d {
+            Dtype::Fp32 => blas::sgemm(
+                *blas_h.handle(),
+                op,
+                op,
+                n_i,
+                n_i,
+                n_i,
+                &alpha,
+                a as *const f32,
+                n_i,
+                b as *const f32,
+                n_i,
+                &beta,
+                c as *mut f32,
+                n_i,
+            ),
+            _ => {
+                let (ty, compute) = match d {
+                    Dtype::Tf32 => (
+                        blas_sys::cudaDataType::CUDA_R_32F,
+                        blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+                    ),
+                    Dtype::Fp16 => (
+                        blas_sys::cudaDataType::CUDA_R_16F,
+                        blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    ),
+                    _ => (
+                        blas_sys::cudaDataType::CUDA_R_16BF,
+                        blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    ),
+                };
+                blas::gemm_ex(
+                    *blas_h.handle(),
+                    op,
+                    op,
+                    n_i,
+                    n_i,
+                    n_i,
+                    &alpha as *const f32 as *const c_void,
+                    a as *const c_void,
+                    ty,
+                    n_i,
+                    b as *const c_void,
+                    ty,
+                    n_i,
+                    &beta as *const f32 as *const c_void,
+                    c as *mut c_void,
+                    ty,
+                    n_i,
+                    compute,
+                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            }
+        }
+    }
+    .map_err(|e| anyhow!("cuBLAS {} GEMM at {n}: {e:?}", d.as_str()))
+}
+
+fn timed(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<f64> {
+    let timing = Some(drv::CUevent_flags::CU_EVENT_DEFAULT);
+    let start = ctx.new_event(timing)?;
+    let end = ctx.new_event(timing)?;
+    start.record(stream)?;
+    f()?;
+    end.record(stream)?;
+    Ok(start.elapsed_ms(&end)? as f64 / 1000.0)
+}
+
+fn measure_dtype(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    blas_h: &CudaBlas,
+    d: Dtype,
+    sizes: &[usize],
+    iters: usize,
+    out: &mut Measured,
+) {
+    for &n in sizes {
+        let r = (|| -> Result<GemmResult> {
+            let bytes = n * n * d.size();
+            let mut bufs = Bufs {
+                a: stream.memcpy_stod(&random_bytes(d, n * n, 1))?,
+                b: stream.memcpy_stod(&random_bytes(d, n * n, 2))?,
+                c: stream.alloc_zeros::<u8>(bytes)?,
+            };
+            for _ in 0..3 {
+                gemm(blas_h, stream, d, n, &mut bufs)?;
+            }
+            stream.synchronize()?;
+            let mut t = Vec::with_capacity(iters);
+            for _ in 0..iters.max(1) {
+                let secs = timed(ctx, stream, || gemm(blas_h, stream, d, n, &mut bufs))?;
+                t.push(tflops(n, secs.max(1e-9)));
+            }
+            let best = t.iter().cloned().fold(0.0, f64::max);
+            Ok(GemmResult {
+                dtype: d,
+                size: n,
+                iters: t.len(),
+                best_tflops: best,
+                median_tflops: median(&mut t),
+            })
+        })();
+        match r {
+            Ok(g) => out.gemm.push(g),
+            Err(e) => {
+                out.errors.push(format!("{} at {n}: {e:#}", d.as_str()));
+                return;
+            }
+        }
+    }
+}
+
+/// Device-to-device copy bandwidth (bytes read + written) over a buffer of `bytes`.
+fn bandwidth(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    bytes: usize,
+    iters: usize,
+) -> Result<f64> {
+    let src = stream.alloc_zeros::<u8>(bytes)?;
+    let mut dst = stream.alloc_zeros::<u8>(bytes)?;
+    stream.memcpy_dtod(&src, &mut dst)?;
+    stream.synchronize()?;
+    let mut best = 0f64;
+    for _ in 0..iters.max(1) {
+        let secs = timed(ctx, stream, || Ok(stream.memcpy_dtod(&src, &mut dst)?))?;
+        best = best.max(2.0 * bytes as f64 / secs.max(1e-9) / 1e9);
+    }
+    Ok(best)
+}
+
+/// The worker's whole job: GPU `ordinal`, the dtypes at the sizes, then bandwidth.
+pub fn run_worker(
+    ordinal: usize,
+    dtypes: &[Dtype],
+    sizes: &[usize],
+    iters: usize,
+    bw_bytes: usize,
+) -> Result<Measured> {
+    let ctx = CudaContext::new(ordinal).context("CUDA context")?;
+    let stream = ctx.default_stream();
+    let blas_h = CudaBlas::new(stream.clone()).map_err(|e| anyhow!("cuBLAS init: {e:?}"))?;
+    let mut out = Measured {
+        device: "gpu".into(),
+        name: ctx.name().unwrap_or_else(|_| "unknown GPU".into()),
+        ..Default::default()
+    };
+    for &d in dtypes {
+        measure_dtype(&ctx, &stream, &blas_h, d, sizes, iters, &mut out);
+    }
+    match bandwidth(&ctx, &stream, bw_bytes, iters) {
+        Ok(b) => out.bandwidth_gbs = Some(b),
+        Err(e) => out.errors.push(format!("bandwidth: {e:#}")),
+    }
+    Ok(out)
+}
+
+/// Run the measurement in a child `roger bench --worker` (with `ld` put first on its
+/// LD_LIBRARY_PATH), bounded by `timeout`; a panic or missing library there is an error here.
+pub fn run_in_child(
+    gpu: usize,
+    sizes: &[usize],
+    iters: usize,
+    dtypes: &[Dtype],
+    timeout: std::time::Duration,
+    ld: Option<&std::path::Path>,
+) -> Result<Measured> {
+    let exe = std::env::current_exe().context("finding roger's own executable")?;
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args([
+        "bench",
+        "--worker",
+        "--no-ledger",
+        "--gpu",
+        &gpu.to_string(),
+    ])
+    .arg(format!(
+        "--sizes={}",
+        sizes
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    ))
+    .arg(format!("--iters={iters}"))
+    .arg(format!(
+        "--dtypes={}",
+        dtypes
+            .iter()
+            .map(|d| d.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    ));
+    if let Some(dir) = ld {
+        cmd.env("LD_LIBRARY_PATH", super::libs::library_path_with(dir));
+    }
+    let o = crate::sys::bounded::run_command(cmd, timeout)?;
+    if !o.success() {
+        let tail: Vec<&str> = o.stderr.lines().rev().take(6).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        anyhow::bail!("the CUDA bench worker failed (exit {:?}); a missing CUDA library or symbol shows here:\n{}", o.code, tail.join("\n"));
+    }
+    let line = o.stdout.lines().last().unwrap_or("");
+    serde_json::from_str(line).map_err(|e| {
+        anyhow!(
+            "the CUDA bench worker printed no result ({e}): {}",
+            o.stdout.trim()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_inputs_are_nonzero_and_in_range() {
+        let f = random_bytes(Dtype::Fp32, 100, 1);
+        assert_eq!(f.len(), 400);
+        let v: Vec<f32> = f
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert!(v.iter().all(|x| (-1.0..1.0).contains(x)) && v.iter().any(|x| *x != 0.0));
+        let bf = random_bytes(Dtype::Bf16, 100, 1);
+        let back: Vec<f32> = bf
+            .chunks(2)
+            .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
+            .collect();
+        assert!(back.iter().all(|x| x.abs() <= 1.0) && back.iter().any(|x| *x != 0.0));
+        let h = random_bytes(Dtype::Fp16, 100, 1);
+        assert!(h.chunks(2).all(|c| {
+            let exp = (u16::from_le_bytes([c[0], c[1]]) >> 10) & 0x1f;
+            (10..15).contains(&exp)
+        }));
+    }
+}

@@ -1,0 +1,415 @@
+//! `roger bench`: measure GEMM TFLOPS (cuBLAS on a GPU, matrixmultiply on a CPU) and device
+//! bandwidth, compare with the GPU's spec, and arbitrate MFU: is the GPU slow, or the code?
+
+use crate::bench::{self, libs, Arbitration, DtypeSummary, Measured};
+use crate::cli::Global;
+use crate::gpu::checks::{self, Finding, Level};
+use crate::gpu::spec::{self, Dtype};
+use crate::ledger::{Entry, Kind, Ledger};
+use crate::outln;
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use std::path::Path;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    /// A GPU when the CUDA driver loads, else the CPU.
+    Auto,
+    Gpu,
+    Cpu,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    pub device: Device,
+    /// Square sizes (default: [bench] sizes on a GPU; 128,256,512 on a CPU).
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Vec<usize>,
+    /// Timed runs per size (default: [bench] iters on a GPU; 3 on a CPU).
+    #[arg(long)]
+    pub iters: Option<usize>,
+    /// Dtypes on a GPU.
+    #[arg(long, value_delimiter = ',', default_value = "fp32,tf32,fp16,bf16", value_parser = parse_dtype)]
+    pub dtypes: Vec<Dtype>,
+    /// GPU index.
+    #[arg(long, default_value_t = 0)]
+    pub gpu: usize,
+    /// Model parameter count for MFU (default: [bench] params).
+    #[arg(long)]
+    pub params: Option<f64>,
+    /// The run's throughput (default: the median of the last 20 values in the run's log).
+    #[arg(long)]
+    pub tokens_per_s: Option<f64>,
+    /// GPUs the run uses (default: [bench] gpus).
+    #[arg(long)]
+    pub gpus: Option<u32>,
+    /// Limit for the GPU worker.
+    #[arg(long, default_value = "10m", value_parser = crate::config::units::parse_duration)]
+    pub timeout: Duration,
+    #[arg(long)]
+    pub json: bool,
+    /// Do not write the result to the ledger.
+    #[arg(long)]
+    pub no_ledger: bool,
+    /// Internal: run the CUDA measurement in this process and print JSON.
+    #[arg(long, hide = true)]
+    pub worker: bool,
+}
+
+fn parse_dtype(s: &str) -> Result<Dtype, String> {
+    Dtype::parse(s).ok_or_else(|| format!("unknown dtype {s:?}: expected fp32, tf32, fp16 or bf16"))
+}
+
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub measured: Measured,
+    /// Where cuBLAS was loaded from, when it was not on the loader's path.
+    pub cublas: Option<String>,
+    pub spec_model: Option<String>,
+    pub summaries: Vec<DtypeSummary>,
+    pub bandwidth_spec_gbs: Option<f64>,
+    pub bandwidth_ratio: Option<f64>,
+    pub gpu_state: Vec<String>,
+    pub arbitration: Option<Arbitration>,
+    pub rule: &'static str,
+    pub findings: Vec<Finding>,
+    pub status: String,
+    pub exit_code: u8,
+}
+
+pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
+    let cfg = crate::config::discover(global.config.as_deref())?;
+    let bc = cfg.as_ref().map(|c| c.bench.clone()).unwrap_or_default();
+    if args.worker {
+        let sizes = if args.sizes.is_empty() {
+            bc.sizes.clone()
+        } else {
+            args.sizes.clone()
+        };
+        let bw = 1usize << 30;
+        let m = bench::cuda::run_worker(
+            args.gpu,
+            &args.dtypes,
+            &sizes,
+            args.iters.unwrap_or(bc.iters),
+            bw,
+        )?;
+        outln!("{}", serde_json::to_string(&m)?);
+        return Ok(crate::exit::OK);
+    }
+    let use_gpu = match args.device {
+        Device::Cpu => false,
+        Device::Gpu => true,
+        Device::Auto => libs::driver_present(),
+    };
+    let mut findings = Vec::new();
+    let mut cublas = None;
+    let mut gpu_state = Vec::new();
+    let mut bad_throttle = Vec::new();
+    if use_gpu && !libs::driver_present() {
+        bail!(
+            "no NVIDIA driver: libcuda.so could not be loaded (use --device cpu for the CPU GEMM)"
+        );
+    }
+    let measured = if use_gpu {
+        let ld = match libs::locate_cublas() {
+            libs::Cublas::OnLoaderPath => None,
+            libs::Cublas::Found(f) => {
+                cublas = Some(format!("found {} (added its directory to the worker's LD_LIBRARY_PATH)", f.display()));
+                f.parent().map(Path::to_path_buf)
+            }
+            libs::Cublas::Missing { searched } => bail!(
+                "cuBLAS (libcublas.so.12) not found: install the CUDA 12 toolkit or `pip install nvidia-cublas-cu12`, or put its directory on LD_LIBRARY_PATH; searched {}",
+                searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        let gpu_cfg = cfg.as_ref().map(|c| c.gpu.clone()).unwrap_or_default();
+        let before = crate::gpu::open_reader(&gpu_cfg).read().ok();
+        let sizes = if args.sizes.is_empty() {
+            bc.sizes.clone()
+        } else {
+            args.sizes.clone()
+        };
+        let m = bench::cuda::run_in_child(
+            args.gpu,
+            &sizes,
+            args.iters.unwrap_or(bc.iters),
+            &args.dtypes,
+            args.timeout,
+            ld.as_deref(),
+        )?;
+        // Read again right after the load: throttle reasons under load are the telling ones.
+        let after = crate::gpu::open_reader(&gpu_cfg).read().ok();
+        if let Some(s) = after.as_ref().or(before.as_ref()) {
+            if let Some(g) = s.gpus.iter().find(|g| g.index as usize == args.gpu) {
+                bad_throttle = checks::bad_throttle(g)
+                    .into_iter()
+                    .map(String::from)
+                    .collect();
+                gpu_state.push(format!(
+                    "throttle: {}",
+                    if g.throttle.is_empty() {
+                        "none".into()
+                    } else {
+                        g.throttle.join(", ")
+                    }
+                ));
+                if let (Some(c), Some(mx)) = (g.sm_clock_mhz, g.sm_clock_max_mhz) {
+                    gpu_state.push(format!("SM clock {c}/{mx} MHz"));
+                }
+                if let (Some(p), Some(l)) = (g.power_w, g.power_limit_w) {
+                    gpu_state.push(format!("power {p:.0}/{l:.0} W"));
+                }
+            }
+            let others: Vec<u32> = s
+                .processes
+                .iter()
+                .filter(|p| p.gpu as usize == args.gpu && p.pid != std::process::id())
+                .map(|p| p.pid)
+                .collect();
+            if !others.is_empty() {
+                gpu_state.push(format!("other processes on the GPU: {others:?}"));
+            }
+        }
+        m
+    } else {
+        let sizes = if args.sizes.is_empty() {
+            vec![128, 256, 512]
+        } else {
+            args.sizes.clone()
+        };
+        bench::cpu::run(&sizes, args.iters.unwrap_or(3))
+    };
+    for e in &measured.errors {
+        findings.push(Finding::new(Level::Info, "bench", e.clone()));
+    }
+    let spec = if measured.device == "gpu" {
+        spec::lookup(&measured.name)
+    } else {
+        None
+    };
+    let summaries = bench::summarise(&measured, spec);
+    let mut causes: Vec<String> = bad_throttle
+        .iter()
+        .map(|t| format!("throttle {t}"))
+        .collect();
+    causes.extend(
+        gpu_state
+            .iter()
+            .filter(|s| s.starts_with("other") || s.starts_with("SM clock"))
+            .cloned(),
+    );
+    findings.extend(bench::verdict(
+        &summaries,
+        bc.warn_ratio,
+        bc.fail_ratio,
+        &causes,
+    ));
+    let bandwidth_spec_gbs = spec.map(|s| s.mem_bw);
+    let bandwidth_ratio = measured
+        .bandwidth_gbs
+        .zip(bandwidth_spec_gbs)
+        .map(|(m, s)| m / s);
+    let arbitration = if measured.device == "gpu" {
+        arbitrate(
+            &args,
+            cfg.as_ref(),
+            &bc,
+            &summaries,
+            &bad_throttle,
+            &mut findings,
+        )?
+    } else {
+        if args.params.or(bc.params).is_some() {
+            findings.push(Finding::new(
+                Level::Info,
+                "mfu",
+                "MFU arbitration needs a GPU bench: a CPU GEMM says nothing about the training GPU",
+            ));
+        }
+        None
+    };
+    let unknown_gpu = measured.device == "gpu" && spec.is_none();
+    if unknown_gpu {
+        findings.push(Finding::new(
+            Level::Info,
+            "spec",
+            format!("{} is not in the spec table: ratios omitted", measured.name),
+        ));
+    }
+    let (status, code) = match checks::worst(&findings) {
+        Level::Fail => ("fail", crate::exit::FAIL),
+        Level::Warn => ("warn", crate::exit::WARN),
+        _ if unknown_gpu || summaries.is_empty() => ("unknown", crate::exit::UNKNOWN),
+        _ => ("ok", crate::exit::OK),
+    };
+    let report = BenchReport {
+        measured,
+        cublas,
+        spec_model: spec.map(|s| s.model.to_string()),
+        summaries,
+        bandwidth_spec_gbs,
+        bandwidth_ratio,
+        gpu_state,
+        arbitration,
+        rule: bench::RULE,
+        findings,
+        status: status.into(),
+        exit_code: code,
+    };
+    if let (Some(c), false) = (&cfg, args.no_ledger) {
+        let ledger = Ledger::new(c.ledger_path());
+        let e = Entry::new(Kind::Bench, "bench", &c.run.name)
+            .field("status", &report.status)
+            .field("device", &report.measured.device)
+            .field("name", &report.measured.name)
+            .field("summaries", &report.summaries)
+            .field("bandwidth_gbs", report.measured.bandwidth_gbs)
+            .field("arbitration", &report.arbitration);
+        ledger.append(e, chrono::Utc::now()).with_context(|| {
+            format!(
+                "writing the bench to the ledger {}",
+                ledger.path().display()
+            )
+        })?;
+    }
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_human(&report);
+    }
+    Ok(report.exit_code)
+}
+
+fn arbitrate(
+    args: &BenchArgs,
+    cfg: Option<&crate::config::Config>,
+    bc: &crate::config::BenchConfig,
+    sums: &[DtypeSummary],
+    bad: &[String],
+    findings: &mut Vec<Finding>,
+) -> Result<Option<Arbitration>> {
+    let Some(params) = args.params.or(bc.params) else {
+        return Ok(None);
+    };
+    let tps = match args.tokens_per_s {
+        Some(t) => Some(t),
+        None => match cfg.and_then(|c| {
+            c.run
+                .log
+                .clone()
+                .map(|l| (l, c.metrics.tokens_per_s.clone()))
+        }) {
+            Some((log, key)) if log.exists() => bench::tokens_per_s_from_jsonl(&log, &key)?,
+            _ => None,
+        },
+    };
+    let Some(tps) = tps else {
+        findings.push(Finding::new(Level::Info, "mfu", "no tokens/s: pass --tokens-per-s or point [run] log at a JSONL log with the [metrics] tokens_per_s key"));
+        return Ok(None);
+    };
+    let dtype = Dtype::parse(&bc.dtype).unwrap_or(Dtype::Bf16);
+    let Some(s) = sums.iter().find(|s| s.dtype == dtype).or_else(|| {
+        sums.iter()
+            .max_by(|a, b| a.best_tflops.total_cmp(&b.best_tflops))
+    }) else {
+        return Ok(None);
+    };
+    let attn = match (bc.layers, bc.hidden, bc.seq_len) {
+        (Some(l), Some(h), Some(q)) => Some((l, h, q)),
+        _ => None,
+    };
+    let fpt = bench::flops_per_token(params, attn);
+    let a = bench::arbitrate(
+        s.dtype,
+        tps,
+        fpt,
+        args.gpus.unwrap_or(bc.gpus),
+        s.best_tflops,
+        s.spec_tflops,
+        bc.warn_ratio,
+        bc.slow_code_share,
+        bad,
+    );
+    if a.slow_side == "code" {
+        findings.push(Finding::new(Level::Warn, "mfu", a.explanation.clone()));
+    }
+    Ok(Some(a))
+}
+
+fn print_human(r: &BenchReport) {
+    let m = &r.measured;
+    let unit = if m.device == "cpu" {
+        ("GFLOPS", 1e3)
+    } else {
+        ("TFLOPS", 1.0)
+    };
+    outln!(
+        "{} ({})",
+        m.name,
+        if m.device == "cpu" {
+            "CPU fallback: no NVIDIA GPU used"
+        } else {
+            "GPU"
+        }
+    );
+    if let Some(c) = &r.cublas {
+        outln!("cuBLAS: {c}");
+    }
+    outln!(
+        "{:<6} {:>6} {:>11} {:>11} {:>9} {:>7}",
+        "dtype",
+        "size",
+        format!("best {}", unit.0),
+        "median",
+        "spec",
+        "ratio"
+    );
+    for g in &m.gemm {
+        outln!(
+            "{:<6} {:>6} {:>11.1} {:>11.1}",
+            g.dtype.as_str(),
+            g.size,
+            g.best_tflops * unit.1,
+            g.median_tflops * unit.1
+        );
+    }
+    outln!("best per dtype:");
+    for s in &r.summaries {
+        let spec = s.spec_tflops.map_or("n/a".into(), |v| format!("{v:.1}"));
+        let ratio = s
+            .ratio
+            .map_or("n/a".into(), |v| format!("{:.0}%", v * 100.0));
+        outln!(
+            "{:<6} {:>6} {:>11.1} {:>11.1} {:>9} {:>7}  (best size)",
+            s.dtype.as_str(),
+            s.at_size,
+            s.best_tflops * unit.1,
+            s.median_tflops * unit.1,
+            spec,
+            ratio
+        );
+    }
+    if let Some(b) = m.bandwidth_gbs {
+        let vs = match (r.bandwidth_spec_gbs, r.bandwidth_ratio) {
+            (Some(s), Some(q)) => format!(" of {s:.0} GB/s spec ({:.0}%)", q * 100.0),
+            _ => String::new(),
+        };
+        outln!("device memory bandwidth: {b:.0} GB/s{vs}");
+    }
+    if !r.gpu_state.is_empty() {
+        outln!("GPU state: {}", r.gpu_state.join("; "));
+    }
+    if let Some(a) = &r.arbitration {
+        outln!("MFU: {} tokens/s × {:.3e} FLOPs/token = {:.1} TFLOPS per GPU; MFU {}; {:.0}% of the measured {} GEMM ({:.1} TFLOPS)", a.tokens_per_s, a.flops_per_token, a.train_tflops_per_gpu, a.mfu.map_or("n/a (no spec)".into(), |m| format!("{:.1}%", m * 100.0)), a.share_of_measured * 100.0, a.dtype.as_str(), a.measured_tflops);
+        outln!("slow side: {}", a.explanation);
+        outln!("rule: {}", r.rule);
+    }
+    for f in r.findings.iter().filter(|f| f.level > Level::Ok) {
+        outln!("{:<5} {}: {}", f.level.as_str(), f.check, f.message);
+    }
+    outln!("bench: {}", r.status);
+}

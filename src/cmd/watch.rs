@@ -1,0 +1,190 @@
+//! `roger watch`: turn flags into watch options, pick the printer (human lines or `--json`
+//! events), run the watch.
+
+use crate::cli::Global;
+use crate::outln;
+use crate::sentinel::{Assessment, State};
+use crate::watch::{self, Event, Mode, Options, Report};
+use anyhow::{bail, Result};
+use clap::Args;
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Classification (see README `## watch`): working, grind (busy, no progress), wedge (no progress
+past the stale limit and idle, or busy past the grind limit, or a GPU pinned at low power),
+zombie (main process gone while its processes or VRAM linger), exited, unknown (a signal is
+missing: roger never reports a run it cannot see as healthy).
+
+Every kill, relaunch and breaker is written to the ledger first. Exit: 0 the run finished
+(exit 0); 1 not done (roger stopped by a signal, or an error); 75 a breaker opened or the
+relaunch budget is spent: do not restart.")]
+pub struct WatchArgs {
+    /// Watch a process started elsewhere (e.g. under nohup) instead of starting one;
+    /// relaunches use `[watch] command`.
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    pub pid: Option<u32>,
+
+    /// Classify and record what would be done, but never signal or relaunch.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// One JSON event per line on stdout (start, state, kill, relaunch, breaker, done, ...).
+    #[arg(long)]
+    pub json: bool,
+
+    /// The training command (after `--`); `{ckpt}`, `{step}`, `{diverged_at}` are filled in
+    /// on relaunch. Default: `[watch] command`.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+pub fn run(global: &Global, args: WatchArgs) -> Result<u8> {
+    let cfg = crate::config::require(global.config.as_deref())?;
+    let mode = match (args.pid, args.command.is_empty()) {
+        (Some(pid), _) => Mode::Attach(pid),
+        (None, false) => Mode::Supervise(args.command),
+        (None, true) if !cfg.watch.command.is_empty() => Mode::Supervise(cfg.watch.command.clone()),
+        (None, true) => bail!(
+            "nothing to watch: give the training command after `--`, --pid PID, or set [watch] command in {}",
+            cfg.path.display()
+        ),
+    };
+    let opts = Options {
+        mode,
+        dry_run: args.dry_run,
+    };
+    if args.json {
+        watch::watch(&cfg, &opts, &mut JsonReport)
+    } else {
+        watch::watch(&cfg, &opts, &mut HumanReport)
+    }
+}
+
+struct JsonReport;
+
+impl Report for JsonReport {
+    fn event(&mut self, e: &Event) {
+        if let Ok(line) = serde_json::to_string(e) {
+            outln!("{line}");
+        }
+    }
+    fn tick(&mut self, a: &Assessment) {
+        status_line(a);
+    }
+}
+
+struct HumanReport;
+
+impl Report for HumanReport {
+    fn event(&mut self, e: &Event) {
+        outln!("{}", human(e));
+    }
+    fn tick(&mut self, a: &Assessment) {
+        status_line(a);
+    }
+}
+
+/// The status line every interval, through tracing (stderr).
+fn status_line(a: &Assessment) {
+    let step = a.last_step.map_or("-".into(), |s| s.to_string());
+    tracing::info!(
+        "{} (this sample: {}) step {step}, silent {:.1}s, limit {:.1}s ({}): {}",
+        a.state.name(),
+        a.raw.name(),
+        a.silent_s,
+        a.limit.seconds,
+        a.limit.source,
+        a.reasons.first().map_or("", String::as_str)
+    );
+}
+
+fn state_text(s: &State) -> String {
+    match s {
+        State::Unknown { missing } => format!("unknown ({})", missing.join("; ")),
+        State::Exited { code, signal } => crate::sentinel::exit_text(*code, *signal),
+        other => other.name().to_string(),
+    }
+}
+
+pub fn human(e: &Event) -> String {
+    match e {
+        Event::Start {
+            run,
+            pid,
+            attached,
+            ledger,
+            dry_run,
+        } => format!(
+            "watch: {} run '{run}' pid {pid}; ledger {ledger}{}",
+            if *attached { "attached to" } else { "started" },
+            if *dry_run { " (dry run: nothing will be signalled)" } else { "" }
+        ),
+        Event::State {
+            state,
+            step,
+            silent_s,
+            limit_s,
+            limit_source,
+            reasons,
+        } => format!(
+            "state: {} at step {} (silent {silent_s:.1}s, limit {limit_s:.1}s from {limit_source}){}",
+            state_text(state),
+            step.map_or("-".into(), |s| s.to_string()),
+            if reasons.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", reasons.join("; "))
+            }
+        ),
+        Event::StaleLimit {
+            seconds,
+            longest_gap_s,
+        } => format!("stale limit: {seconds:.1}s (longest progress gap {longest_gap_s:.1}s)"),
+        Event::Kill {
+            seq,
+            reason,
+            pids,
+            dry_run,
+        } => format!(
+            "{}kill ({reason}) pids {pids:?}: ledger #{seq}",
+            if *dry_run { "dry run, would " } else { "" }
+        ),
+        Event::Stopped {
+            sigterm,
+            sigkill,
+            survivors,
+        } => format!("stopped: SIGTERM {sigterm:?}, SIGKILL {sigkill:?}, still alive {survivors:?}"),
+        Event::Exited {
+            code,
+            signal,
+            lived_s,
+        } => format!(
+            "{} after {lived_s:.1}s",
+            crate::sentinel::exit_text(*code, *signal)
+        ),
+        Event::Relaunch {
+            seq,
+            attempt,
+            ckpt,
+            step,
+            diverged_at,
+            backoff_s,
+        } => format!(
+            "relaunch #{attempt} from {} (step {}){} in {backoff_s:.1}s: ledger #{seq}",
+            ckpt.as_deref().unwrap_or("scratch"),
+            step.map_or("-".into(), |s| s.to_string()),
+            diverged_at.map_or(String::new(), |d| format!(", diverged at {d}"))
+        ),
+        Event::Launched { pid } => format!("launched pid {pid}"),
+        Event::Breaker {
+            seq,
+            breaker,
+            evidence,
+        } => format!("breaker {breaker} open: {evidence}: ledger #{seq}"),
+        Event::Signal {
+            signal,
+            forwarded_to,
+        } => format!("{signal} received; forwarded to {forwarded_to:?}"),
+        Event::Done { code, reason } => format!("done ({code}): {reason}"),
+    }
+}

@@ -1,0 +1,296 @@
+//! The critic's judgement: an [`Observation`] (the window's numbers, the thresholds of the
+//! phase the step is in, `now`) goes in, a [`Verdict`] comes out. One pure function per check
+//! (`loss.rs`, `checks.rs`, `stale.rs`), combined in `verdict.rs`. No I/O here: the same
+//! observation always gives the same verdict, which is what `critic --replay` proves.
+
+pub mod checks;
+pub mod loss;
+pub mod observe;
+pub mod replay;
+pub mod stale;
+pub mod stats;
+pub mod verdict;
+
+pub use observe::{observe, History};
+pub use verdict::{judge, Verdict};
+
+use crate::config::{PhaseConfig, QuietConfig, ScheduleConfig};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Check names, in the order they are evaluated.
+pub const CHECKS: [&str; 11] = [
+    "log",
+    "phase",
+    "lr",
+    "loss",
+    "loss_slope",
+    "loss_spike",
+    "grad_norm",
+    "eval",
+    "tokens_per_s",
+    "vram",
+    "stale",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    // Declared in order of severity: `max` is the worst.
+    Pass,
+    Unknown,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Unknown => "unknown",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+
+    /// The judging exit code (0/1/2/3).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Status::Pass => crate::exit::OK,
+            Status::Warn => crate::exit::WARN,
+            Status::Fail => crate::exit::FAIL,
+            Status::Unknown => crate::exit::UNKNOWN,
+        }
+    }
+}
+
+/// A number that survives JSON: non-finite values are written as the strings "NaN",
+/// "Infinity", "-Infinity" (serde_json would write null) and read back from them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Num(pub f64);
+
+impl Serialize for Num {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v = self.0;
+        if v.is_finite() {
+            s.serialize_f64(v)
+        } else if v.is_nan() {
+            s.serialize_str("NaN")
+        } else if v > 0.0 {
+            s.serialize_str("Infinity")
+        } else {
+            s.serialize_str("-Infinity")
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(f64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(v) => Ok(Num(v)),
+            Raw::S(s) => match s.as_str() {
+                "NaN" => Ok(Num(f64::NAN)),
+                "Infinity" => Ok(Num(f64::INFINITY)),
+                "-Infinity" => Ok(Num(f64::NEG_INFINITY)),
+                other => Err(serde::de::Error::custom(format!(
+                    "expected a number or \"NaN\"/\"Infinity\"/\"-Infinity\", got {other:?}"
+                ))),
+            },
+        }
+    }
+}
+
+/// A number as a JSON value, non-finite as a string (see [`Num`]).
+pub fn num(v: f64) -> Value {
+    serde_json::to_value(Num(v)).expect("a number serialises")
+}
+
+/// One check's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckResult {
+    pub check: String,
+    pub status: Status,
+    pub observed: Value,
+    pub expected: Value,
+    /// One plain sentence.
+    pub reason: String,
+    /// Failing loss / loss_spike: the first step of the divergence (for rollback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diverged_at: Option<u64>,
+}
+
+impl CheckResult {
+    pub fn new(check: &str, status: Status, reason: impl Into<String>) -> CheckResult {
+        CheckResult {
+            check: check.to_string(),
+            status,
+            observed: Value::Null,
+            expected: Value::Null,
+            reason: reason.into(),
+            diverged_at: None,
+        }
+    }
+    pub fn observed(mut self, v: Value) -> CheckResult {
+        self.observed = v;
+        self
+    }
+    pub fn expected(mut self, v: Value) -> CheckResult {
+        self.expected = v;
+        self
+    }
+    pub fn diverged_at(mut self, step: Option<u64>) -> CheckResult {
+        self.diverged_at = step;
+        self
+    }
+}
+
+/// The thresholds of one phase, with exact numbers (durations in seconds) so that an
+/// archived observation is judged exactly as it was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Thresholds {
+    pub name: String,
+    pub from: u64,
+    pub to: Option<u64>,
+    pub loss: Option<[f64; 2]>,
+    pub loss_slope: Option<[f64; 2]>,
+    pub loss_spike: Option<f64>,
+    pub grad_norm_max: Option<f64>,
+    pub grad_norm_spike: Option<f64>,
+    pub tokens_per_s_min: Option<f64>,
+    pub vram_max_gib: Option<f64>,
+    pub stale_s: Option<f64>,
+    pub window: usize,
+}
+
+impl From<&PhaseConfig> for Thresholds {
+    fn from(p: &PhaseConfig) -> Thresholds {
+        let band = |b: &Option<crate::config::Band>| b.map(|b| [b.lo, b.hi]);
+        Thresholds {
+            name: p.name.clone(),
+            from: p.from,
+            to: p.to,
+            loss: band(&p.loss),
+            loss_slope: band(&p.loss_slope),
+            loss_spike: p.loss_spike,
+            grad_norm_max: p.grad_norm_max,
+            grad_norm_spike: p.grad_norm_spike,
+            tokens_per_s_min: p.tokens_per_s_min,
+            vram_max_gib: p.vram_max_gib,
+            stale_s: p.stale.map(|d| d.as_secs_f64()),
+            window: p.window,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Quiet {
+    pub name: String,
+    pub every: u64,
+    pub duration_s: f64,
+}
+
+impl From<&QuietConfig> for Quiet {
+    fn from(q: &QuietConfig) -> Quiet {
+        Quiet {
+            name: q.name.clone(),
+            every: q.every,
+            duration_s: q.duration.as_secs_f64(),
+        }
+    }
+}
+
+/// `[critic]` knobs a check reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub grad_nonfinite_consecutive: usize,
+    pub eval_window: usize,
+    pub band_samples: usize,
+    pub min_samples: usize,
+}
+
+/// One sample of the window, as archived.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObsSample {
+    pub step: u64,
+    pub values: BTreeMap<String, Num>,
+}
+
+impl ObsSample {
+    pub fn get(&self, metric: &str) -> Option<f64> {
+        self.values.get(metric).map(|n| n.0)
+    }
+}
+
+/// One eval, with the train loss of the stretch before it (median).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalPoint {
+    pub step: u64,
+    pub eval_loss: Num,
+    pub train_loss: Option<Num>,
+}
+
+/// VRAM read from the GPU when the log has none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuVram {
+    /// GiB in use on the fullest GPU (of the run's PIDs when known).
+    pub used_gib: Option<Num>,
+    /// How it was measured, said in the reason ("pids 123" or "total memory used ...").
+    pub scope: String,
+    /// Why there is no reading.
+    pub error: Option<String>,
+}
+
+/// Everything a verdict is computed from. Archived in the ledger with the verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    /// Unix seconds at judging time.
+    pub now: f64,
+    pub config_hash: String,
+    /// The newest step of the run's current timeline.
+    pub step: Option<u64>,
+    pub phase: Option<Thresholds>,
+    pub schedule: Option<ScheduleConfig>,
+    pub quiet: Vec<Quiet>,
+    pub settings: Settings,
+    /// The phase's last `window` samples (train metrics), oldest first.
+    pub window: Vec<ObsSample>,
+    pub evals: Vec<EvalPoint>,
+    /// Time of the newest sample, and of the first sample at the newest step.
+    pub last_sample_at: Option<f64>,
+    pub advanced_at: Option<f64>,
+    pub gpu_vram: Option<GpuVram>,
+    pub samples_total: u64,
+    pub garbage_total: u64,
+}
+
+impl Observation {
+    /// (step, value) of a metric in the window, non-finite values included.
+    pub fn series(&self, metric: &str) -> Vec<(u64, f64)> {
+        self.window
+            .iter()
+            .filter_map(|s| s.get(metric).map(|v| (s.step, v)))
+            .collect()
+    }
+}
+
+/// A number for sentences: at most 4 decimals, scientific when tiny or huge.
+pub fn fmt(v: f64) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
+    let a = v.abs();
+    if a != 0.0 && !(1e-3..1e5).contains(&a) {
+        format!("{v:.2e}")
+    } else {
+        let s = format!("{v:.4}");
+        let s = s.trim_end_matches('0').trim_end_matches('.');
+        s.to_string()
+    }
+}

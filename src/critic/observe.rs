@@ -1,0 +1,361 @@
+//! Building an [`Observation`]: [`History`] keeps the run's current timeline (a resume that
+//! rewinds the step drops the abandoned future), the evals with the train loss before each,
+//! and when the step last advanced; [`observe`] cuts the phase's window out of it with the
+//! thresholds that apply. [`read_vram`] asks the GPU when the log carries no VRAM.
+
+use super::{EvalPoint, GpuVram, Num, ObsSample, Observation, Quiet, Settings, Thresholds};
+use crate::config::Config;
+use crate::gpu::GpuReader;
+use crate::metrics::{Sample, EVAL_LOSS, LOSS};
+use std::collections::VecDeque;
+
+const EVALS_KEPT: usize = 64;
+const TRAIN_PER_EVAL: usize = 64;
+
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    samples: VecDeque<Sample>,
+    cap: usize,
+    evals: Vec<EvalPoint>,
+    /// Train losses since the last eval (newest last).
+    pending_train: VecDeque<f64>,
+    last_step: Option<u64>,
+    advanced_at: Option<f64>,
+    last_sample_at: Option<f64>,
+    pub samples_total: u64,
+    pub garbage_total: u64,
+}
+
+impl History {
+    /// Keeps enough samples for the largest phase window.
+    pub fn new(cfg: &Config) -> History {
+        let widest = cfg.phases.iter().map(|p| p.window).max().unwrap_or(50);
+        History {
+            cap: widest.max(64) + 8,
+            ..Default::default()
+        }
+    }
+
+    pub fn last_step(&self) -> Option<u64> {
+        self.last_step
+    }
+
+    pub fn push(&mut self, s: Sample) {
+        self.samples_total += 1;
+        match self.last_step {
+            Some(last) if s.step < last => {
+                // A resume from an earlier checkpoint: the steps after it never happened.
+                while self.samples.back().is_some_and(|b| b.step >= s.step) {
+                    self.samples.pop_back();
+                }
+                self.evals.retain(|e| e.step <= s.step);
+                self.last_step = Some(s.step);
+                self.advanced_at = s.time;
+            }
+            Some(last) if s.step == last => {}
+            _ => {
+                self.last_step = Some(s.step);
+                self.advanced_at = s.time;
+            }
+        }
+        if let Some(t) = s.time {
+            self.last_sample_at = Some(self.last_sample_at.map_or(t, |l| l.max(t)));
+        }
+        if let Some(l) = s.get(LOSS) {
+            self.pending_train.push_back(l);
+            if self.pending_train.len() > TRAIN_PER_EVAL {
+                self.pending_train.pop_front();
+            }
+        }
+        if let Some(e) = s.get(EVAL_LOSS) {
+            let train = super::stats::median(self.pending_train.iter().copied()).map(Num);
+            self.evals.push(EvalPoint {
+                step: s.step,
+                eval_loss: Num(e),
+                train_loss: train,
+            });
+            self.pending_train.clear();
+            if self.evals.len() > EVALS_KEPT {
+                self.evals.remove(0);
+            }
+        }
+        if s.values.keys().any(|k| k != EVAL_LOSS) {
+            self.samples.push_back(s);
+            if self.samples.len() > self.cap {
+                self.samples.pop_front();
+            }
+        }
+    }
+
+    /// A snapshot log (trainer_state.json) was re-read: start over from it.
+    pub fn replace(&mut self, samples: Vec<Sample>) {
+        let garbage = self.garbage_total;
+        *self = History {
+            cap: self.cap,
+            garbage_total: garbage,
+            ..Default::default()
+        };
+        for s in samples {
+            self.push(s);
+        }
+    }
+}
+
+pub fn settings(cfg: &Config) -> Settings {
+    Settings {
+        grad_nonfinite_consecutive: cfg.critic.grad_nonfinite_consecutive,
+        eval_window: cfg.critic.eval_window,
+        band_samples: cfg.critic.band_samples,
+        min_samples: cfg.critic.min_samples,
+    }
+}
+
+/// The observation at `now` (unix seconds). `gpu_vram` is read by the caller only when
+/// needed (see [`needs_gpu`]).
+pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -> Observation {
+    let phase = h.last_step.and_then(|s| cfg.phase_for(s));
+    let window: Vec<ObsSample> = match phase {
+        Some(p) => {
+            let in_phase: Vec<&Sample> = h
+                .samples
+                .iter()
+                .filter(|s| s.step >= p.from && p.to.is_none_or(|to| s.step < to))
+                .collect();
+            in_phase[in_phase.len().saturating_sub(p.window)..]
+                .iter()
+                .map(|s| obs_sample(s))
+                .collect()
+        }
+        // Outside every phase: the newest few, so NaN and lr are still judged.
+        None => {
+            let n = h.samples.len();
+            h.samples
+                .range(n.saturating_sub(cfg.critic.band_samples.max(1))..)
+                .map(obs_sample)
+                .collect()
+        }
+    };
+    Observation {
+        now,
+        config_hash: cfg.hash.clone(),
+        step: h.last_step,
+        phase: phase.map(Thresholds::from),
+        schedule: cfg.schedule.clone(),
+        quiet: cfg.quiet.iter().map(Quiet::from).collect(),
+        settings: settings(cfg),
+        window,
+        evals: h.evals.clone(),
+        last_sample_at: h.last_sample_at,
+        advanced_at: h.advanced_at,
+        gpu_vram,
+        samples_total: h.samples_total,
+        garbage_total: h.garbage_total,
+    }
+}
+
+fn obs_sample(s: &Sample) -> ObsSample {
+    ObsSample {
+        step: s.step,
+        values: s
+            .values
+            .iter()
+            .filter(|(k, _)| k.as_str() != EVAL_LOSS)
+            .map(|(k, v)| (k.clone(), Num(*v)))
+            .collect(),
+    }
+}
+
+/// Whether the VRAM check will want a GPU reading: a ceiling is declared and the window
+/// has no logged VRAM.
+pub fn needs_gpu(obs: &Observation) -> bool {
+    obs.phase.as_ref().is_some_and(|p| p.vram_max_gib.is_some())
+        && obs.series(crate::metrics::VRAM_GIB).is_empty()
+}
+
+/// VRAM from the GPU: the fullest GPU's memory used by `pids` when given, else its total
+/// memory used (anything else on that GPU counts too, and the reason says so).
+pub fn read_vram(reader: &mut dyn GpuReader, pids: &[u32]) -> GpuVram {
+    const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+    let snap = match reader.read() {
+        Ok(s) => s,
+        Err(e) => {
+            return GpuVram {
+                used_gib: None,
+                scope: String::new(),
+                error: Some(e.to_string()),
+            }
+        }
+    };
+    let fail = |scope: String, why: String| GpuVram {
+        used_gib: None,
+        scope,
+        error: Some(why),
+    };
+    if pids.is_empty() {
+        let scope = format!(
+            "total memory used on the fullest of {} GPU(s) ({}; no run PID given: other processes count too)",
+            snap.gpus.len(),
+            snap.source
+        );
+        return match snap.gpus.iter().filter_map(|g| g.memory_used).max() {
+            Some(b) => GpuVram {
+                used_gib: Some(Num(b as f64 / GIB)),
+                scope,
+                error: None,
+            },
+            None => fail(scope, "the GPU reports no memory use".into()),
+        };
+    }
+    let pid_list = pids
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let scope = format!(
+        "memory of PID(s) {pid_list} on their fullest GPU ({})",
+        snap.source
+    );
+    let mine: Vec<_> = snap
+        .processes
+        .iter()
+        .filter(|p| pids.contains(&p.pid))
+        .collect();
+    if mine.is_empty() {
+        return fail(scope, format!("PID(s) {pid_list} hold no GPU memory"));
+    }
+    if mine.iter().any(|p| p.used_memory.is_none()) {
+        return fail(
+            scope,
+            "the driver cannot say per-process memory (WDDM?)".into(),
+        );
+    }
+    let mut per_gpu = std::collections::BTreeMap::<u32, u64>::new();
+    for p in mine {
+        *per_gpu.entry(p.gpu).or_default() += p.used_memory.unwrap_or(0);
+    }
+    let max = per_gpu.values().copied().max().unwrap_or(0);
+    GpuVram {
+        used_gib: Some(Num(max as f64 / GIB)),
+        scope,
+        error: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{FakeGpu, GpuError, GpuInfo, GpuProcess, GpuSnapshot};
+    use std::collections::BTreeMap;
+
+    fn s(step: u64, loss: f64, t: f64) -> Sample {
+        Sample {
+            step,
+            time: Some(t),
+            values: BTreeMap::from([("loss".to_string(), loss)]),
+        }
+    }
+
+    fn cfg() -> Config {
+        Config::parse(
+            "[run]\nname = \"t\"\n[[phase]]\nname = \"a\"\nfrom = 0\nto = 100\nwindow = 3\n[[phase]]\nname = \"b\"\nfrom = 100\n",
+            std::path::Path::new("/x/roger.toml"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn window_is_the_phase_tail_and_a_resume_drops_the_future() {
+        let c = cfg();
+        let mut h = History::new(&c);
+        for i in 0..10 {
+            h.push(s(i * 10, 3.0, i as f64));
+        }
+        let o = observe(&h, &c, 100.0, None);
+        assert_eq!(
+            o.window.iter().map(|w| w.step).collect::<Vec<_>>(),
+            vec![70, 80, 90]
+        );
+        assert_eq!(o.advanced_at, Some(9.0));
+        h.push(s(110, 3.0, 10.0));
+        let o = observe(&h, &c, 100.0, None);
+        assert_eq!(
+            (o.phase.unwrap().name.as_str(), o.window.len()),
+            ("b", 1),
+            "phase boundary"
+        );
+        // Resumed from step 50: 60..110 are gone.
+        h.push(s(50, 3.5, 20.0));
+        h.push(s(60, 3.4, 21.0));
+        let o = observe(&h, &c, 100.0, None);
+        assert_eq!(o.step, Some(60));
+        assert_eq!(
+            o.window.iter().map(|w| w.step).collect::<Vec<_>>(),
+            vec![40, 50, 60]
+        );
+        assert_eq!(o.advanced_at, Some(21.0));
+    }
+
+    #[test]
+    fn evals_carry_the_train_loss_before_them() {
+        let c = cfg();
+        let mut h = History::new(&c);
+        h.push(s(10, 3.0, 1.0));
+        h.push(s(20, 2.0, 2.0));
+        let mut e = s(20, 0.0, 3.0);
+        e.values = BTreeMap::from([("eval_loss".to_string(), 2.5)]);
+        h.push(e);
+        let o = observe(&h, &c, 10.0, None);
+        assert_eq!(o.evals[0].train_loss, Some(Num(2.5)));
+        assert_eq!(
+            o.window.len(),
+            2,
+            "eval-only samples stay out of the window"
+        );
+    }
+
+    #[test]
+    fn vram_from_fake_gpu_by_pid_or_total() {
+        let gib = 1u64 << 30;
+        let snap = GpuSnapshot {
+            gpus: vec![
+                GpuInfo {
+                    index: 0,
+                    memory_used: Some(30 * gib),
+                    ..Default::default()
+                },
+                GpuInfo {
+                    index: 1,
+                    memory_used: Some(50 * gib),
+                    ..Default::default()
+                },
+            ],
+            processes: vec![
+                GpuProcess {
+                    pid: 7,
+                    gpu: 0,
+                    used_memory: Some(20 * gib),
+                },
+                GpuProcess {
+                    pid: 9,
+                    gpu: 1,
+                    used_memory: Some(45 * gib),
+                },
+            ],
+            source: "fake".into(),
+        };
+        let mut fake = FakeGpu::new(vec![Ok(snap)]);
+        let total = read_vram(&mut fake, &[]);
+        assert_eq!(total.used_gib, Some(Num(50.0)));
+        assert!(total.scope.contains("no run PID"));
+        assert_eq!(read_vram(&mut fake, &[7]).used_gib, Some(Num(20.0)));
+        assert!(read_vram(&mut fake, &[8])
+            .error
+            .unwrap()
+            .contains("hold no GPU memory"));
+        let mut none = FakeGpu::new(vec![Err(GpuError::NoGpu("no driver".into()))]);
+        assert!(read_vram(&mut none, &[])
+            .error
+            .unwrap()
+            .contains("no driver"));
+    }
+}

@@ -1,0 +1,142 @@
+//! `critic --replay`: recompute every archived verdict from its observation and report each
+//! one that comes out different. This is the determinism proof, and it catches an edited
+//! observation whose numbers no longer give the verdict filed with them.
+
+use super::{judge, Observation};
+use crate::ledger::{Kind, Record};
+use serde::Serialize;
+use serde_json::Value;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Replayed {
+    pub seq: u64,
+    pub step: Option<u64>,
+    pub archived: String,
+    /// None when the observation could not be read.
+    pub recomputed: Option<String>,
+    /// Empty when the recomputed verdict is the archived one.
+    pub differences: Vec<String>,
+}
+
+impl Replayed {
+    pub fn matches(&self) -> bool {
+        self.differences.is_empty()
+    }
+}
+
+/// Every critic verdict in `records`, recomputed.
+pub fn replay(records: &[Record]) -> Vec<Replayed> {
+    records
+        .iter()
+        .filter(|r| r.kind == Kind::Verdict && r.source == "critic")
+        .map(replay_one)
+        .collect()
+}
+
+fn replay_one(r: &Record) -> Replayed {
+    let archived = r.str_field("status").unwrap_or("?").to_string();
+    let mut out = Replayed {
+        seq: r.seq,
+        step: r.step,
+        archived,
+        recomputed: None,
+        differences: Vec::new(),
+    };
+    let obs: Observation = match r.get("observation").cloned().map(serde_json::from_value) {
+        Some(Ok(o)) => o,
+        Some(Err(e)) => {
+            out.differences.push(format!("observation unreadable: {e}"));
+            return out;
+        }
+        None => {
+            out.differences.push("no observation archived".into());
+            return out;
+        }
+    };
+    let v = judge(&obs);
+    out.recomputed = Some(v.status.as_str().to_string());
+    if v.status.as_str() != out.archived {
+        out.differences
+            .push(format!("status {} → {}", out.archived, v.status.as_str()));
+    }
+    let stored: Vec<Value> = r
+        .get("checks")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let fresh: Vec<Value> = v
+        .checks
+        .iter()
+        .map(|c| serde_json::to_value(c).expect("check serialises"))
+        .collect();
+    let name = |c: &Value| c["check"].as_str().unwrap_or("?").to_string();
+    for f in &fresh {
+        match stored.iter().find(|s| name(s) == name(f)) {
+            None => out.differences.push(format!("check {} is new", name(f))),
+            Some(s) if s != f => out.differences.push(describe(s, f)),
+            Some(_) => {}
+        }
+    }
+    for s in &stored {
+        if !fresh.iter().any(|f| name(f) == name(s)) {
+            out.differences.push(format!("check {} is gone", name(s)));
+        }
+    }
+    out
+}
+
+fn describe(stored: &Value, fresh: &Value) -> String {
+    let name = fresh["check"].as_str().unwrap_or("?");
+    if stored["status"] != fresh["status"] {
+        format!(
+            "{name}: {} → {} ({})",
+            stored["status"].as_str().unwrap_or("?"),
+            fresh["status"].as_str().unwrap_or("?"),
+            fresh["reason"].as_str().unwrap_or("")
+        )
+    } else {
+        let fields: Vec<&str> = ["observed", "expected", "reason", "diverged_at"]
+            .into_iter()
+            .filter(|k| stored.get(*k) != fresh.get(*k))
+            .collect();
+        format!("{name}: same status, different {}", fields.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::checks::tests::obs_with;
+    use super::*;
+    use crate::ledger::Ledger;
+
+    #[test]
+    fn archived_verdicts_replay_and_tampering_shows() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::new(dir.path().join("l.jsonl"));
+        let o = obs_with(vec![
+            (200, vec![("loss", 3.0)]),
+            (210, vec![("loss", f64::NAN)]),
+        ]);
+        let v = judge(&o);
+        ledger
+            .append(v.entry("run", &o), chrono::Utc::now())
+            .unwrap();
+        let recs = ledger.records().unwrap();
+        let r = replay(&recs);
+        assert!(r[0].matches(), "{:?}", r[0].differences);
+        assert_eq!(r[0].archived, "fail");
+
+        let mut tampered = recs[0].clone();
+        tampered.fields.get_mut("observation").unwrap()["window"][1]["values"]["loss"] =
+            serde_json::json!(3.1);
+        let r = replay(&[tampered]);
+        assert!(!r[0].matches());
+        assert!(
+            r[0].differences
+                .iter()
+                .any(|d| d.contains("status fail → ")),
+            "{:?}",
+            r[0].differences
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! Staleness: time since the step last advanced against the phase's stale limit, extended by
+//! the declared quiet periods (an eval every N steps may silence the log for D) that apply at
+//! the current step. A run that reached `total_steps` has finished and is not stale. Stale
+//! data turns every passing check into `unknown`: old numbers cannot vouch for the run.
+
+use super::{CheckResult, Observation, Status};
+use serde_json::json;
+
+/// Quiet periods that may be running at `step`: the step is on a multiple of `every`, or
+/// closer to the next multiple than one logging interval (the eval starts between two log
+/// lines).
+pub fn quiet_allowance(obs: &Observation, step: u64) -> (f64, Vec<String>) {
+    let gap = log_interval(obs);
+    let mut total = 0.0;
+    let mut names = Vec::new();
+    for q in &obs.quiet {
+        let into = step % q.every;
+        if into == 0 || q.every - into < gap {
+            total += q.duration_s;
+            names.push(q.name.clone());
+        }
+    }
+    (total, names)
+}
+
+/// Median step gap between consecutive window samples (at least 1).
+fn log_interval(obs: &Observation) -> u64 {
+    let gaps: Vec<f64> = obs
+        .window
+        .windows(2)
+        .filter(|w| w[1].step > w[0].step)
+        .map(|w| (w[1].step - w[0].step) as f64)
+        .collect();
+    super::stats::median(gaps).map_or(1, |g| (g as u64).max(1))
+}
+
+pub fn stale(obs: &Observation) -> Option<CheckResult> {
+    let limit = obs.phase.as_ref()?.stale_s?;
+    let step = obs.step?;
+    if let Some(total) = obs.schedule.as_ref().and_then(|s| s.total_steps) {
+        if step >= total {
+            return Some(
+                CheckResult::new(
+                    "stale",
+                    Status::Pass,
+                    format!("the run reached total_steps = {total} (step {step}): finished, no more samples expected"),
+                )
+                .observed(json!({"step": step}))
+                .expected(json!({"total_steps": total})),
+            );
+        }
+    }
+    let Some(advanced_at) = obs.advanced_at else {
+        return Some(CheckResult::new(
+            "stale",
+            Status::Unknown,
+            "samples carry no time and the log's mtime is unknown",
+        ));
+    };
+    let age = (obs.now - advanced_at).max(0.0);
+    let since_sample = obs.last_sample_at.map(|t| (obs.now - t).max(0.0));
+    let (quiet, names) = quiet_allowance(obs, step);
+    let allowed = limit + quiet;
+    let observed =
+        json!({"step": step, "since_step_advanced_s": age, "since_last_sample_s": since_sample});
+    let expected = json!({"stale_s": limit, "quiet_s": quiet, "quiet": names});
+    let allowance = if names.is_empty() {
+        String::new()
+    } else {
+        format!(" incl. {} for {}", secs(quiet), names.join(" + "))
+    };
+    let r = if age > allowed {
+        CheckResult::new(
+            "stale",
+            Status::Fail,
+            format!(
+                "no new step for {} (step {step}), over the limit of {}{allowance}: the log has stopped",
+                secs(age),
+                secs(allowed)
+            ),
+        )
+    } else {
+        CheckResult::new(
+            "stale",
+            Status::Pass,
+            format!(
+                "step {step} advanced {} ago (limit {}{allowance})",
+                secs(age),
+                secs(allowed)
+            ),
+        )
+    };
+    Some(r.observed(observed).expected(expected))
+}
+
+fn secs(s: f64) -> String {
+    crate::config::units::format_duration(std::time::Duration::from_secs_f64(s.max(0.0)))
+}
+
+/// With stale data nothing may pass: passing checks become unknown.
+pub fn apply(checks: &mut [CheckResult]) {
+    let stale = checks
+        .iter()
+        .any(|c| c.check == "stale" && c.status == Status::Fail);
+    if !stale {
+        return;
+    }
+    for c in checks.iter_mut().filter(|c| c.check != "stale") {
+        if c.status == Status::Pass {
+            c.status = Status::Unknown;
+            c.reason = format!("stale data, cannot vouch: {}", c.reason);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::checks::tests::obs_with;
+    use super::super::{fmt, Quiet};
+    use super::*;
+
+    fn at(step: u64, now_offset: f64) -> Observation {
+        let mut o = obs_with(vec![
+            (step - 10, vec![("loss", 3.0)]),
+            (step, vec![("loss", 3.0)]),
+        ]);
+        o.now += now_offset;
+        o
+    }
+
+    #[test]
+    fn stale_after_the_limit_and_fmt() {
+        assert_eq!(stale(&at(500, 599.0)).unwrap().status, Status::Pass);
+        let r = stale(&at(500, 601.0)).unwrap();
+        assert_eq!(r.status, Status::Fail);
+        assert!(r.reason.contains("no new step for 10m"), "{}", r.reason);
+        assert_eq!(fmt(0.5), "0.5");
+    }
+
+    #[test]
+    fn declared_quiet_extends_the_limit_at_its_steps_only() {
+        let eval = Quiet {
+            name: "eval".into(),
+            every: 1000,
+            duration_s: 1800.0,
+        };
+        let mut o = at(1000, 2000.0);
+        o.quiet = vec![eval.clone()];
+        assert_eq!(stale(&o).unwrap().status, Status::Pass, "eval at 1000");
+        let mut o = at(996, 2000.0); // logs every 10: the eval at 1000 starts before the next line
+        o.quiet = vec![eval.clone()];
+        assert_eq!(stale(&o).unwrap().status, Status::Pass);
+        let mut o = at(1050, 2000.0);
+        o.quiet = vec![eval];
+        assert_eq!(stale(&o).unwrap().status, Status::Fail, "no eval at 1050");
+    }
+
+    #[test]
+    fn finished_run_is_not_stale_and_stale_data_never_passes() {
+        let r = stale(&at(1100, 1e6)).unwrap();
+        assert_eq!(r.status, Status::Pass);
+        let mut checks = vec![
+            CheckResult::new("loss", Status::Pass, "fine"),
+            CheckResult::new("lr", Status::Fail, "off"),
+            stale(&at(500, 1e4)).unwrap(),
+        ];
+        apply(&mut checks);
+        assert_eq!(checks[0].status, Status::Unknown);
+        assert_eq!(checks[1].status, Status::Fail);
+    }
+}

@@ -1,0 +1,153 @@
+//! Plain-text logs (nanoGPT's `iter 100: loss 2.31`, HF Trainer's printed dicts) read with
+//! the user's `[metrics] patterns`. Capture groups are named after the canonical metric they
+//! hold (`step`, `time`, `loss`, `lr`, `grad_norm`, `tokens_per_s`, `vram`, `eval_loss`), or
+//! listed in `fields`. A line no pattern matches is ordinary log chatter, not garbage.
+
+use super::{parse_num, parse_time, Fields, Keys, LineParser, Parsed, Target, METRICS};
+use crate::config::MetricsConfig;
+use anyhow::{bail, Context, Result};
+use regex::bytes::Regex;
+
+pub struct TextParser {
+    keys: Keys,
+    patterns: Vec<(Regex, Vec<Option<Target>>)>,
+}
+
+/// A group name → what it feeds (`vram` is accepted for `vram_gib`).
+fn target_of(name: &str) -> Option<Target> {
+    match name {
+        "step" => Some(Target::Step),
+        "time" => Some(Target::Time),
+        "vram" => Some(Target::Metric(4)),
+        _ => METRICS.iter().position(|m| *m == name).map(Target::Metric),
+    }
+}
+
+impl TextParser {
+    pub fn new(m: &MetricsConfig) -> Result<TextParser> {
+        if m.patterns.is_empty() {
+            bail!("format = \"text\" needs [metrics] patterns, e.g. patterns = [{{ regex = 'step (?P<step>\\d+) .* loss (?P<loss>[\\d.eE+-]+)' }}]");
+        }
+        let mut patterns = Vec::new();
+        for (i, p) in m.patterns.iter().enumerate() {
+            let re = Regex::new(&p.regex)
+                .with_context(|| format!("[metrics] patterns #{}: bad regex", i + 1))?;
+            let mut targets = Vec::new();
+            let mut unnamed = p.fields.iter();
+            for (g, name) in re.capture_names().enumerate().skip(1) {
+                let name = match name {
+                    Some(n) => n,
+                    None => match unnamed.next() {
+                        Some(f) => f.as_str(),
+                        None => bail!(
+                            "[metrics] patterns #{}: group {g} has no name: name it (?P<loss>...) or list it in `fields`",
+                            i + 1
+                        ),
+                    },
+                };
+                let t = target_of(name);
+                if t.is_none() {
+                    bail!(
+                        "[metrics] patterns #{}: group `{name}` is not a metric: expected one of step, time, {}, vram",
+                        i + 1,
+                        METRICS.join(", ")
+                    );
+                }
+                targets.push(t);
+            }
+            if !targets.contains(&Some(Target::Step)) {
+                bail!("[metrics] patterns #{}: needs a `step` group", i + 1);
+            }
+            patterns.push((re, targets));
+        }
+        Ok(TextParser {
+            keys: Keys::new(m),
+            patterns,
+        })
+    }
+}
+
+impl LineParser for TextParser {
+    fn parse(&mut self, line: &[u8]) -> Parsed {
+        let line = super::clean_line(line);
+        for (re, targets) in &self.patterns {
+            let Some(caps) = re.captures(&line) else {
+                continue;
+            };
+            let mut fields = Fields::default();
+            for (g, t) in targets.iter().enumerate() {
+                let (Some(t), Some(m)) = (t, caps.get(g + 1)) else {
+                    continue;
+                };
+                let v = match t {
+                    Target::Time => parse_time(m.as_bytes()),
+                    _ => parse_num(m.as_bytes()),
+                };
+                match v {
+                    Some(v) => fields.set(*t, v),
+                    None if fields.bad.is_none() => {
+                        fields.bad = Some(format!(
+                            "matched a pattern but {:?} is not a number",
+                            String::from_utf8_lossy(m.as_bytes())
+                        ))
+                    }
+                    None => {}
+                }
+            }
+            return fields.finish(&self.keys, "step");
+        }
+        Parsed::Skip
+    }
+
+    fn reset(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TextPattern;
+
+    fn cfg(patterns: &[(&str, &[&str])]) -> MetricsConfig {
+        MetricsConfig {
+            patterns: patterns
+                .iter()
+                .map(|(r, f)| TextPattern {
+                    regex: r.to_string(),
+                    fields: f.iter().map(|s| s.to_string()).collect(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn named_and_unnamed_groups() {
+        let m = cfg(&[
+            (r"step (?P<step>\d+) .* loss (?P<loss>[\d.eE+-]+|nan)", &[]),
+            (r"iter (\d+): loss ([\d.]+)", &["step", "loss"]),
+        ]);
+        let mut p = TextParser::new(&m).unwrap();
+        let Parsed::Sample(s) = p.parse(b"\x1b[1mstep 12 | lr 1e-4 | loss 2.5\x1b[0m") else {
+            panic!()
+        };
+        assert_eq!((s.step, s.get("loss")), (12, Some(2.5)));
+        let Parsed::Sample(s) = p.parse(b" 50%|#####  |\riter 40: loss 3.25") else {
+            panic!()
+        };
+        assert_eq!((s.step, s.get("loss")), (40, Some(3.25)));
+        let Parsed::Sample(s) = p.parse(b"step 13 x loss nan") else {
+            panic!()
+        };
+        assert!(s.get("loss").unwrap().is_nan());
+        assert_eq!(p.parse(b"Saving checkpoint"), Parsed::Skip);
+    }
+
+    #[test]
+    fn config_mistakes_are_explained() {
+        let e = |m| TextParser::new(&m).err().unwrap().to_string();
+        assert!(e(cfg(&[])).contains("needs [metrics] patterns"));
+        assert!(e(cfg(&[(r"(?P<foo>\d+)", &[])])).contains("`foo` is not a metric"));
+        assert!(e(cfg(&[(r"(\d+)", &[])])).contains("has no name"));
+        assert!(e(cfg(&[(r"loss (?P<loss>\d+)", &[])])).contains("needs a `step`"));
+    }
+}

@@ -1,0 +1,283 @@
+//! What the watch does about a state — every action after its ledger record: kill a wedge
+//! (evidence hook first), clean a zombie's leftovers, roll back on a critic failure, end on
+//! exit 0, and relaunch from the last good checkpoint within budget and breakers.
+
+use super::child::{self, Stopped};
+use super::policy::RunEnd;
+use super::resume::{self, Rollback};
+use super::{Event, Flow, Watcher};
+use crate::exit;
+use crate::ledger::Kind;
+use crate::sentinel::Assessment;
+use crate::sys::proc::ProcId;
+use anyhow::Result;
+use nix::sys::signal::Signal;
+use serde_json::{json, Value};
+
+/// What a kill record cites: the sentinel's assessment, or a plain note for cleanup.
+pub(super) enum Evidence<'a> {
+    Sentinel(&'a Assessment),
+    Note(String),
+}
+
+impl Watcher<'_> {
+    /// roger got SIGINT/SIGTERM: pass it to the run we own (then SIGKILL after the grace);
+    /// an attached run is not ours to stop.
+    pub(super) fn forward(&mut self, sig: Signal) -> Result<u8> {
+        let targets = if self.run.attached() {
+            Vec::new()
+        } else {
+            self.run.members(&self.fs)
+        };
+        let pids: Vec<u32> = targets.iter().map(|p| p.pid).collect();
+        self.record(
+            Kind::Watch,
+            self.sentinel_step(),
+            vec![
+                ("event", "signal".into()),
+                ("signal", sig.as_str().into()),
+                ("forwarded_to", json!(pids)),
+            ],
+        )?;
+        self.report.event(&Event::Signal {
+            signal: sig.as_str().into(),
+            forwarded_to: pids,
+        });
+        if !targets.is_empty() {
+            let grace = self.cfg.watch.grace.0;
+            let s = child::stop(&mut self.run, &targets, sig, grace, &self.fs)?;
+            self.stopped(&s)?;
+        }
+        self.done(exit::NOT_DONE, &format!("stopped by {}", sig.as_str()))
+    }
+
+    pub(super) fn on_exit(&mut self, code: Option<i32>, signal: Option<i32>) -> Result<Flow> {
+        let lived = self.run.started.elapsed().as_secs_f64();
+        self.record(
+            Kind::Watch,
+            self.sentinel_step(),
+            vec![
+                ("event", "exited".into()),
+                ("pid", self.run.main.pid.into()),
+                ("code", json!(code)),
+                ("signal", json!(signal)),
+                ("lived_s", super::ms(lived).into()),
+            ],
+        )?;
+        self.report.event(&Event::Exited {
+            code,
+            signal,
+            lived_s: lived,
+        });
+        if code == Some(0) {
+            return self.done(exit::DONE, "the run exited 0").map(Flow::Exit);
+        }
+        let how = crate::sentinel::exit_text(code, signal);
+        self.ends.push(RunEnd {
+            lived_s: lived,
+            how,
+        });
+        if self.opts.dry_run {
+            return self
+                .done(
+                    exit::NOT_DONE,
+                    "dry run: the run crashed; a relaunch would follow",
+                )
+                .map(Flow::Exit);
+        }
+        self.relaunch(None)
+    }
+
+    pub(super) fn on_zombie(&mut self, a: &Assessment) -> Result<Flow> {
+        let (code, signal) = self.run.poll_exit(&self.fs).unwrap_or((None, None));
+        let leftovers: Vec<ProcId> = self.run.members(&self.fs);
+        if self.opts.dry_run && self.recorded_episode {
+            return Ok(Flow::Continue);
+        }
+        self.kill_record("zombie", Evidence::Sentinel(a), &leftovers, None)?;
+        if self.opts.dry_run {
+            self.recorded_episode = true;
+            return Ok(Flow::Continue);
+        }
+        let s = child::stop(
+            &mut self.run,
+            &leftovers,
+            Signal::SIGTERM,
+            self.cfg.watch.grace.0,
+            &self.fs,
+        )?;
+        self.stopped(&s)?;
+        self.on_exit(code, signal)
+    }
+
+    pub(super) fn on_wedge(&mut self, a: &Assessment) -> Result<Flow> {
+        if self.opts.dry_run && self.recorded_episode {
+            return Ok(Flow::Continue);
+        }
+        let targets = self.run.members(&self.fs);
+        self.kill_record("wedge", Evidence::Sentinel(a), &targets, None)?;
+        if self.opts.dry_run {
+            self.recorded_episode = true;
+            return Ok(Flow::Continue);
+        }
+        self.stop_and_relaunch(&targets, "wedge", None)
+    }
+
+    pub(super) fn on_rollback(&mut self, rb: Rollback, a: &Assessment) -> Result<Flow> {
+        let targets = self.run.members(&self.fs);
+        self.kill_record("divergence", Evidence::Sentinel(a), &targets, Some(&rb))?;
+        if self.opts.dry_run {
+            return Ok(Flow::Continue);
+        }
+        self.stop_and_relaunch(
+            &targets,
+            &format!("critic fail: {}", rb.check),
+            Some(rb.diverged_at),
+        )
+    }
+
+    fn stop_and_relaunch(
+        &mut self,
+        targets: &[ProcId],
+        how: &str,
+        diverged_at: Option<u64>,
+    ) -> Result<Flow> {
+        let s = child::stop(
+            &mut self.run,
+            targets,
+            Signal::SIGTERM,
+            self.cfg.watch.grace.0,
+            &self.fs,
+        )?;
+        self.stopped(&s)?;
+        self.ends.push(RunEnd {
+            lived_s: self.run.started.elapsed().as_secs_f64(),
+            how: how.to_string(),
+        });
+        self.relaunch(diverged_at)
+    }
+
+    /// The kill record: written (and fsynced) before any signal, with the sentinel's evidence.
+    pub(super) fn kill_record(
+        &mut self,
+        reason: &str,
+        a: Evidence,
+        targets: &[ProcId],
+        rb: Option<&Rollback>,
+    ) -> Result<()> {
+        let main = self.run.main.pid;
+        let mut fields: Vec<(&str, Value)> = vec![
+            ("reason", reason.into()),
+            ("pid", main.into()),
+            ("targets", serde_json::to_value(targets)?),
+            ("dry_run", self.opts.dry_run.into()),
+        ];
+        let step = match a {
+            Evidence::Sentinel(a) => {
+                fields.extend([
+                    ("state", serde_json::to_value(&a.state)?),
+                    ("reasons", json!(a.reasons)),
+                    ("limit", serde_json::to_value(&a.limit)?),
+                    ("silent_s", super::ms(a.silent_s).into()),
+                    ("samples", serde_json::to_value(&a.samples)?),
+                ]);
+                a.last_step
+            }
+            Evidence::Note(why) => {
+                fields.push(("reasons", json!([why])));
+                self.sentinel_step()
+            }
+        };
+        if let Some(rb) = rb {
+            fields.push(("rollback", serde_json::to_value(rb)?));
+        }
+        let hook = &self.cfg.watch.evidence_hook;
+        if !hook.is_empty() && reason != "zombie" {
+            let argv = resume::fill(hook, &[("pid", main.to_string())]);
+            let dir = self
+                .ledger
+                .path()
+                .parent()
+                .map_or_else(|| std::path::PathBuf::from("."), |p| p.to_path_buf())
+                .join("roger-evidence");
+            let file = dir.join(format!(
+                "{}-{main}.txt",
+                chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ")
+            ));
+            match child::evidence(&argv, self.cfg.watch.evidence_timeout.0, &file) {
+                Ok(()) => fields.push(("evidence", file.display().to_string().into())),
+                Err(e) => fields.push(("evidence_error", format!("{e:#}").into())),
+            }
+        }
+        let rec = self.record(Kind::Kill, step, fields)?;
+        self.report.event(&Event::Kill {
+            seq: rec.seq,
+            reason: reason.into(),
+            pids: targets.iter().map(|t| t.pid).collect(),
+            dry_run: self.opts.dry_run,
+        });
+        Ok(())
+    }
+
+    pub(super) fn stopped(&mut self, s: &Stopped) -> Result<()> {
+        self.record(
+            Kind::Watch,
+            self.sentinel_step(),
+            vec![
+                ("event", "stopped".into()),
+                ("sigterm", json!(s.sigterm)),
+                ("sigkill", json!(s.sigkill)),
+                ("survivors", json!(s.survivors)),
+                ("took_s", super::ms(s.took_s).into()),
+            ],
+        )?;
+        self.report.event(&Event::Stopped {
+            sigterm: s.sigterm.clone(),
+            sigkill: s.sigkill.clone(),
+            survivors: s.survivors.clone(),
+        });
+        Ok(())
+    }
+
+    pub(super) fn done(&mut self, code: u8, reason: &str) -> Result<u8> {
+        self.record(
+            Kind::Watch,
+            self.sentinel_step(),
+            vec![
+                ("event", "done".into()),
+                ("code", code.into()),
+                ("reason", reason.into()),
+            ],
+        )?;
+        self.report.event(&Event::Done {
+            code,
+            reason: reason.into(),
+        });
+        Ok(code)
+    }
+
+    fn sentinel_step(&self) -> Option<u64> {
+        self.sentinel.last_step()
+    }
+
+    pub(super) fn breaker(
+        &mut self,
+        breaker: &str,
+        evidence: String,
+        extra: Vec<(&str, Value)>,
+    ) -> Result<Flow> {
+        let mut fields: Vec<(&str, Value)> = vec![
+            ("breaker", breaker.into()),
+            ("evidence", evidence.clone().into()),
+        ];
+        fields.extend(extra);
+        let rec = self.record(Kind::Breaker, self.sentinel_step(), fields)?;
+        self.report.event(&Event::Breaker {
+            seq: rec.seq,
+            breaker: breaker.into(),
+            evidence,
+        });
+        self.done(exit::DO_NOT_RESTART, &format!("breaker open: {breaker}"))
+            .map(Flow::Exit)
+    }
+}

@@ -1,0 +1,353 @@
+//! `roger watch`: supervise (or attach to) a training run, sample it every interval, let the
+//! sentinel classify it, and act — always after a ledger record. This file owns setup and the
+//! loop; `observe.rs` the sample each tick; `actions.rs` what happens on wedge, zombie, exit and
+//! rollback; `relaunch.rs` the way back; `policy.rs` when to give up; `child.rs` the
+//! processes; `resume.rs` where a relaunch resumes; `event.rs` what is reported.
+
+mod actions;
+pub mod child;
+mod event;
+pub mod logtail;
+mod observe;
+pub mod policy;
+mod relaunch;
+pub mod resume;
+pub mod signals;
+
+pub use event::{Event, Report};
+
+use crate::config::Config;
+use crate::gpu::GpuReader;
+use crate::ledger::{Entry, Kind, Ledger, Record};
+use crate::sentinel::{self, calibrate, Sentinel, State};
+use crate::sys::proc::ProcFs;
+use anyhow::Result;
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+pub const SOURCE: &str = "watch";
+
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// Start this command and own it.
+    Supervise(Vec<String>),
+    /// Watch a process started elsewhere.
+    Attach(u32),
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub mode: Mode,
+    /// Classify and record, never signal or relaunch.
+    pub dry_run: bool,
+}
+
+/// Whether the loop goes on.
+pub(crate) enum Flow {
+    Continue,
+    Exit(u8),
+}
+
+pub(crate) struct Watcher<'a> {
+    pub cfg: &'a Config,
+    pub opts: &'a Options,
+    pub ledger: Ledger,
+    pub run_name: String,
+    pub fs: ProcFs,
+    pub gpu: Box<dyn GpuReader>,
+    pub sig: signals::Signals,
+    pub report: &'a mut dyn Report,
+    pub t0: Instant,
+    /// Relaunch command template (with placeholders).
+    pub template: Vec<String>,
+    pub sentinel: Sentinel,
+    pub log: logtail::LogTail,
+    pub run: child::Run,
+    pub ends: Vec<policy::RunEnd>,
+    pub resumed: Vec<Option<u64>>,
+    pub relaunches: u32,
+    pub slurm_restarts: u32,
+    /// Ledger bytes already looked at for new verdicts.
+    pub ledger_offset: u64,
+    pub start_seq: u64,
+    /// Dry run: the current episode was recorded already.
+    pub recorded_episode: bool,
+    pub run_gpus: Vec<u32>,
+    /// A low-disk record was written and space has not recovered since.
+    pub disk_low: bool,
+}
+
+/// Run the watch until the run is done, a breaker opens, or roger is told to stop.
+pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8> {
+    let ledger = Ledger::new(cfg.ledger_path());
+    let records = ledger.records()?;
+    let run_name = cfg.run.name.clone();
+    let w = &cfg.watch;
+    let floor = w.interval.as_secs_f64() * (w.hysteresis as f64 + 1.0);
+    let calibration = calibrate::Calibrator::new(
+        w.calibrate_factor,
+        floor,
+        calibrate::prior_gap(&records, &run_name),
+    );
+    let sig = signals::Signals::install()?;
+    child::become_subreaper();
+    let fs = ProcFs::default();
+    let slurm_restarts = std::env::var("SLURM_RESTART_COUNT")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let (template, run) = match &opts.mode {
+        Mode::Supervise(argv) => {
+            let first = resume::choose(
+                &records,
+                &run_name,
+                None,
+                &mut crate::checkpoints::verify_on_disk,
+            );
+            let r = resume::Resume {
+                ckpt: first.chosen,
+                diverged_at: None,
+            };
+            let run = child::spawn(
+                &resume::fill(argv, &r.placeholders()),
+                &child_env(cfg, &r),
+                &fs,
+            )?;
+            (argv.clone(), run)
+        }
+        Mode::Attach(pid) => (w.command.clone(), child::attach(*pid, &fs)?),
+    };
+    let ledger_offset = std::fs::metadata(ledger.path()).map_or(0, |m| m.len());
+    let mut me = Watcher {
+        cfg,
+        opts,
+        run_name,
+        fs,
+        gpu: crate::gpu::open_reader(&cfg.gpu),
+        sig,
+        report,
+        t0: Instant::now(),
+        template,
+        sentinel: Sentinel::new(rules(cfg), calibration, 0.0),
+        log: logtail::LogTail::new(cfg)?,
+        run,
+        ends: Vec::new(),
+        resumed: Vec::new(),
+        relaunches: 0,
+        slurm_restarts,
+        ledger_offset,
+        start_seq: records.last().map_or(0, |r| r.seq),
+        recorded_episode: false,
+        run_gpus: Vec::new(),
+        disk_low: false,
+        ledger,
+    };
+    me.start()
+}
+
+/// The relaunched (or first) command's environment: resume variables, and ROGER_CONFIG so
+/// the training's `roger publish` writes to this run's ledger.
+pub(crate) fn child_env(cfg: &Config, r: &resume::Resume) -> Vec<(&'static str, Option<String>)> {
+    let mut env = r.env();
+    if std::env::var_os("ROGER_CONFIG").is_none() {
+        let abs = std::fs::canonicalize(&cfg.path).unwrap_or_else(|_| cfg.path.clone());
+        env.push(("ROGER_CONFIG", Some(abs.display().to_string())));
+    }
+    env
+}
+
+pub fn rules(cfg: &Config) -> sentinel::Rules {
+    let w = &cfg.watch;
+    sentinel::Rules {
+        hysteresis: w.hysteresis,
+        grind_limit: w.grind_limit.as_secs_f64(),
+        stale: w.stale.map(|d| d.as_secs_f64()),
+        phases: cfg
+            .phases
+            .iter()
+            .map(|p| {
+                (
+                    p.from,
+                    p.to,
+                    p.stale.map(|d| d.as_secs_f64()),
+                    p.name.clone(),
+                )
+            })
+            .collect(),
+        quiet: cfg
+            .quiet
+            .iter()
+            .map(|q| (q.name.clone(), q.every, q.duration.as_secs_f64()))
+            .collect(),
+        busy_cpu: w.busy_cpu,
+        busy_io: w.busy_io.0 as f64,
+        gpu_pinned_util: w.gpu_pinned_util,
+        gpu_low_power: w.gpu_low_power,
+    }
+}
+
+impl Watcher<'_> {
+    pub fn record(
+        &self,
+        kind: Kind,
+        step: Option<u64>,
+        fields: Vec<(&str, Value)>,
+    ) -> Result<Record> {
+        let mut e = Entry::new(kind, SOURCE, &self.run_name).step(step);
+        for (k, v) in fields {
+            e = e.field(k, v);
+        }
+        self.ledger.append(e, chrono::Utc::now())
+    }
+
+    pub fn now(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    fn start(&mut self) -> Result<u8> {
+        let w = &self.cfg.watch;
+        self.record(
+            Kind::Watch,
+            None,
+            vec![
+                ("event", "start".into()),
+                (
+                    "mode",
+                    if self.run.attached() {
+                        "attach"
+                    } else {
+                        "supervise"
+                    }
+                    .into(),
+                ),
+                ("pid", self.run.main.pid.into()),
+                ("command", serde_json::to_value(&self.template)?),
+                ("interval_s", w.interval.as_secs_f64().into()),
+                ("hysteresis", w.hysteresis.into()),
+                (
+                    "stale",
+                    w.stale
+                        .map_or("calibrated".to_string(), |d| d.to_string())
+                        .into(),
+                ),
+                ("grind_limit_s", w.grind_limit.as_secs_f64().into()),
+                ("slurm_restart_count", self.slurm_restarts.into()),
+                ("dry_run", self.opts.dry_run.into()),
+            ],
+        )?;
+        let ev = Event::Start {
+            run: self.run_name.clone(),
+            pid: self.run.main.pid,
+            attached: self.run.attached(),
+            ledger: self.ledger.path().display().to_string(),
+            dry_run: self.opts.dry_run,
+        };
+        self.report.event(&ev);
+        let interval = self.cfg.watch.interval.0;
+        let mut next = Instant::now();
+        loop {
+            let sigs = self
+                .sig
+                .wait(next.saturating_duration_since(Instant::now()));
+            let mut chld = false;
+            for s in sigs {
+                match s {
+                    Signal::SIGINT | Signal::SIGTERM => return self.forward(s),
+                    Signal::SIGHUP => tracing::warn!("SIGHUP received: roger keeps watching"),
+                    Signal::SIGCHLD => chld = true,
+                    _ => {}
+                }
+            }
+            if Instant::now() < next && !chld {
+                continue;
+            }
+            next = Instant::now() + interval;
+            let sample = self.sample();
+            let a = self.sentinel.observe(sample);
+            self.report.tick(&a);
+            if a.state == State::Working {
+                // A dry run records each episode once; progress ends the episode.
+                self.recorded_episode = false;
+            }
+            if a.changed {
+                self.report.event(&Event::State {
+                    state: a.state.clone(),
+                    step: a.last_step,
+                    silent_s: ms(a.silent_s),
+                    limit_s: ms(a.limit.seconds),
+                    limit_source: a.limit.source.clone(),
+                    reasons: a.reasons.clone(),
+                });
+            }
+            self.announce_limit()?;
+            if self.cfg.watch.disk_check {
+                self.check_disk()?;
+            }
+            let flow = match self.new_rollback()? {
+                Some(rb) => self.on_rollback(rb, &a)?,
+                None => match &a.state {
+                    State::Exited { code, signal } => self.on_exit(*code, *signal)?,
+                    State::Zombie => self.on_zombie(&a)?,
+                    State::Wedge => self.on_wedge(&a)?,
+                    _ => Flow::Continue,
+                },
+            };
+            if let Flow::Exit(code) = flow {
+                return Ok(code);
+            }
+        }
+    }
+
+    fn announce_limit(&mut self) -> Result<()> {
+        let calibrated = self.cfg.watch.stale.is_none();
+        if let Some(limit) = self.sentinel.calibration.announce() {
+            let gap = self.sentinel.calibration.longest_gap().unwrap_or(0.0);
+            if calibrated {
+                tracing::info!(
+                    "stale limit calibrated: {limit:.1}s (longest progress gap {gap:.1}s)"
+                );
+            }
+            self.record(
+                Kind::Watch,
+                None,
+                vec![
+                    ("event", calibrate::EVENT.into()),
+                    ("limit_s", ms(limit).into()),
+                    ("longest_gap_s", ms(gap).into()),
+                    ("in_use", calibrated.into()),
+                ],
+            )?;
+            self.report.event(&Event::StaleLimit {
+                seconds: ms(limit),
+                longest_gap_s: ms(gap),
+            });
+        }
+        Ok(())
+    }
+
+    /// Wait up to `d`, returning early with Exit when roger is told to stop.
+    pub fn pause(&mut self, d: Duration) -> Result<Flow> {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            for s in self
+                .sig
+                .wait(until.saturating_duration_since(Instant::now()))
+            {
+                if matches!(s, Signal::SIGINT | Signal::SIGTERM) {
+                    return self.forward(s).map(Flow::Exit);
+                }
+            }
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+/// Seconds rounded to milliseconds, for records and events people read.
+pub(crate) fn ms(s: f64) -> f64 {
+    (s * 1000.0).round() / 1000.0
+}
+
+pub(crate) fn dur(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}

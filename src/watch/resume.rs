@@ -1,0 +1,201 @@
+//! Where a relaunch resumes: the last GOOD checkpoint (checkpoints::last_good), handed to the
+//! command as `{ckpt}` / `{step}` / `{diverged_at}` and ROGER_RESUME_* variables; and which
+//! critic verdicts ask for a divergence rollback. Pure apart from the injected verifier.
+
+use crate::checkpoints::{self, Checkpoint, Choice};
+use crate::ledger::{Kind, Record};
+use serde::Serialize;
+
+/// What the next launch is told.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Resume {
+    pub ckpt: Option<Checkpoint>,
+    pub diverged_at: Option<u64>,
+}
+
+impl Resume {
+    pub fn step(&self) -> Option<u64> {
+        self.ckpt.as_ref().and_then(|c| c.step)
+    }
+
+    /// (placeholder, value) pairs; empty strings where there is nothing to say.
+    pub fn placeholders(&self) -> Vec<(&'static str, String)> {
+        let s = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+        vec![
+            (
+                "ckpt",
+                self.ckpt
+                    .as_ref()
+                    .map_or(String::new(), |c| c.path.display().to_string()),
+            ),
+            ("step", s(self.step())),
+            ("diverged_at", s(self.diverged_at)),
+        ]
+    }
+
+    /// ROGER_RESUME_CKPT / ROGER_RESUME_STEP / ROGER_DIVERGED_AT: set when known, else removed.
+    pub fn env(&self) -> Vec<(&'static str, Option<String>)> {
+        let p = self.placeholders();
+        let get = |k: &str| {
+            p.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.clone())
+                .filter(|v| !v.is_empty())
+        };
+        vec![
+            ("ROGER_RESUME_CKPT", get("ckpt")),
+            ("ROGER_RESUME_STEP", get("step")),
+            ("ROGER_DIVERGED_AT", get("diverged_at")),
+        ]
+    }
+}
+
+/// Replace `{name}` in each argument.
+pub fn fill(template: &[String], values: &[(&str, String)]) -> Vec<String> {
+    template
+        .iter()
+        .map(|arg| {
+            values
+                .iter()
+                .fold(arg.clone(), |a, (k, v)| a.replace(&format!("{{{k}}}"), v))
+        })
+        .collect()
+}
+
+/// The checkpoint to resume from, strictly before `before_step` when rolling back.
+pub fn choose(
+    records: &[Record],
+    run: &str,
+    before_step: Option<u64>,
+    verifies: &mut dyn FnMut(&Checkpoint) -> Result<(), String>,
+) -> Choice {
+    checkpoints::last_good(records, run, before_step, verifies)
+}
+
+/// A critic failure the watch was told to roll back on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rollback {
+    pub verdict_seq: u64,
+    pub check: String,
+    pub reason: String,
+    pub diverged_at: u64,
+}
+
+/// The first `fail` check in a new verdict of `run` whose name is in `rollback_on`.
+/// The divergence step is the check's `diverged_at`, else the verdict's step.
+pub fn rollback_trigger(rec: &Record, run: &str, rollback_on: &[String]) -> Option<Rollback> {
+    if rec.kind != Kind::Verdict || rec.run != run || rec.str_field("status") != Some("fail") {
+        return None;
+    }
+    let checks = rec.get("checks")?.as_array()?;
+    checks.iter().find_map(|c| {
+        let name = c.get("check")?.as_str()?;
+        if c.get("status")?.as_str()? != "fail" || !rollback_on.iter().any(|r| r == name) {
+            return None;
+        }
+        let diverged_at = c.get("diverged_at").and_then(|v| v.as_u64()).or(rec.step)?;
+        Some(Rollback {
+            verdict_seq: rec.seq,
+            check: name.to_string(),
+            reason: c
+                .get("reason")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            diverged_at,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{Entry, Ledger};
+    use chrono::{TimeZone, Utc};
+    use std::path::PathBuf;
+
+    fn records(entries: Vec<Entry>) -> Vec<Record> {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Ledger::new(dir.path().join("l.jsonl"));
+        for (i, e) in entries.into_iter().enumerate() {
+            l.append(e, Utc.timestamp_opt(1_700_000_000 + i as i64, 0).unwrap())
+                .unwrap();
+        }
+        l.records().unwrap()
+    }
+
+    #[test]
+    fn placeholders_and_env() {
+        let r = Resume {
+            ckpt: Some(Checkpoint {
+                path: PathBuf::from("/ck/c-100.json"),
+                sha256: "x".into(),
+                size: 1,
+                step: Some(100),
+                seq: 3,
+            }),
+            diverged_at: None,
+        };
+        let argv = fill(
+            &[
+                "train".into(),
+                "--resume={ckpt}".into(),
+                "{step}/{diverged_at}".into(),
+            ],
+            &r.placeholders(),
+        );
+        assert_eq!(argv, vec!["train", "--resume=/ck/c-100.json", "100/"]);
+        let env = r.env();
+        assert_eq!(env[0], ("ROGER_RESUME_CKPT", Some("/ck/c-100.json".into())));
+        assert_eq!(env[2], ("ROGER_DIVERGED_AT", None));
+        let scratch = Resume::default();
+        assert_eq!(
+            fill(
+                &["--resume".into(), "{ckpt}".into()],
+                &scratch.placeholders()
+            ),
+            vec!["--resume", ""]
+        );
+    }
+
+    #[test]
+    fn rollback_only_on_listed_failing_checks_of_this_run() {
+        let check = |name: &str, status: &str, at: Option<u64>| {
+            let mut c = serde_json::json!({"check": name, "status": status, "observed": 1, "expected": 0, "reason": "loss is NaN"});
+            if let Some(a) = at {
+                c["diverged_at"] = a.into();
+            }
+            c
+        };
+        let recs = records(vec![
+            Entry::new(Kind::Verdict, "critic", "r")
+                .step(Some(500))
+                .field("status", "fail")
+                .field(
+                    "checks",
+                    vec![check("lr", "fail", None), check("loss", "fail", Some(450))],
+                ),
+            Entry::new(Kind::Verdict, "critic", "r")
+                .step(Some(500))
+                .field("status", "fail")
+                .field("checks", vec![check("lr", "fail", None)]),
+            Entry::new(Kind::Verdict, "critic", "other")
+                .step(Some(500))
+                .field("status", "fail")
+                .field("checks", vec![check("loss", "fail", None)]),
+            Entry::new(Kind::Verdict, "critic", "r")
+                .step(Some(600))
+                .field("status", "warn")
+                .field("checks", vec![check("loss", "warn", None)]),
+        ]);
+        let on = vec!["loss".to_string(), "loss_spike".to_string()];
+        let r = rollback_trigger(&recs[0], "r", &on).unwrap();
+        assert_eq!(
+            (r.check.as_str(), r.diverged_at, r.verdict_seq),
+            ("loss", 450, 1)
+        );
+        assert!(rollback_trigger(&recs[1], "r", &on).is_none());
+        assert!(rollback_trigger(&recs[2], "r", &on).is_none());
+        assert!(rollback_trigger(&recs[3], "r", &on).is_none());
+    }
+}
