@@ -74,8 +74,8 @@ pub(crate) struct Watcher<'a> {
     /// Dry run: the current episode was recorded already.
     pub recorded_episode: bool,
     pub run_gpus: Vec<u32>,
-    /// A low-disk record was written and space has not recovered since.
-    pub disk_low: bool,
+    /// `[watch] disk_check`: when it last ran and what it said.
+    pub disk: crate::hygiene::disk_tick::DiskTicker,
 }
 
 /// Run the watch until the run is done, a breaker opens, or roger is told to stop.
@@ -140,7 +140,7 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         start_seq: records.last().map_or(0, |r| r.seq),
         recorded_episode: false,
         run_gpus: Vec::new(),
-        disk_low: false,
+        disk: Default::default(),
         ledger,
     };
     me.start()
