@@ -620,3 +620,43 @@ fn vram_held_by_another_process_stops_the_relaunch_when_configured() {
         "no relaunch into a certain OOM"
     );
 }
+
+#[test]
+fn outputs_of_a_crashed_run_are_quarantined_and_the_disk_is_checked_each_tick() {
+    let env = Env::new();
+    env.write(
+        "roger.toml",
+        format!(
+            "{BASE}[quarantine]\noutputs = [\"out/eval.json\"]\n[watch]\ninterval = \"100ms\"\nhysteresis = 2\nstale = \"2s\"\nbackoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\nbreaker_crashes = 2\nbreaker_within = \"20s\"\nallow_from_scratch = true\ndisk_check = true\n"
+        ),
+    );
+    // A run that dies halfway through writing its eval result.
+    let script =
+        "sleep 0.5; mkdir -p out; printf '{\"acc\": 0.71, \"n\": ' > out/eval.json; exit 3";
+    let args = watch_args(&env, &[], vec!["sh".into(), "-c".into(), script.into()]);
+    let run = finish(&env, roger(&env, &args), &args).expect(75);
+    let recs = records(&env);
+    let q = of(&recs, Kind::Quarantine);
+    assert!(!q.is_empty(), "{}", run.report());
+    assert!(q[0]
+        .str_field("original_path")
+        .unwrap()
+        .ends_with("out/eval.json"));
+    assert!(q[0]
+        .str_field("reason")
+        .unwrap()
+        .contains("untrusted output"));
+    let first_relaunch = of(&recs, Kind::Relaunch)[0].seq;
+    assert!(q[0].seq < first_relaunch, "quarantined before the relaunch");
+    let disk: Vec<&Record> = of(&recs, Kind::Hygiene)
+        .into_iter()
+        .filter(|r| r.str_field("check") == Some("disk"))
+        .collect();
+    assert_eq!(
+        disk.len(),
+        1,
+        "one disk record: its status did not change\n{}",
+        run.report()
+    );
+    assert!(disk[0].str_field("status").is_some());
+}

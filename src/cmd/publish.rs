@@ -181,8 +181,13 @@ fn print_human(o: &Outcome) {
     );
     let how = if o.in_place { "in place, " } else { "" };
     outln!(
-        "  verified from disk ({how}{} bytes re-read; {} of {} pages cached before the re-read)",
+        "  verified from disk ({how}{} bytes re-read{}; {} of {} pages cached before the re-read)",
         o.verify_bytes_read,
+        if o.verify_direct_io {
+            " with O_DIRECT"
+        } else {
+            ""
+        },
         o.pages_resident_before_verify
             .map_or("?".to_string(), |p| p.to_string()),
         o.pages_total.map_or("?".to_string(), |p| p.to_string())
@@ -292,4 +297,14 @@ fn verify(t: &Target, path: Option<&Path>, json: bool) -> Result<u8> {
         );
     }
     Ok(exit::DONE)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn help_lists_every_failpoint() {
+        for fp in crate::publish::failpoint::ALL {
+            assert!(super::AFTER_HELP.contains(fp), "{fp} missing from --help");
+        }
+    }
 }

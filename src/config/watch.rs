@@ -44,8 +44,8 @@ pub struct WatchConfig {
     pub rollback_on: Vec<String>,
     /// Steps before the divergence to roll back to at least.
     pub rollback_margin_steps: u64,
-    /// Each tick, record (once) when free space where checkpoints go drops below
-    /// `[disk] fail_free`.
+    /// Run `hygiene disk` (free space + forecast hours to full) at most once a minute and
+    /// file a `hygiene` record whenever its status changes. Never an action.
     pub disk_check: bool,
     /// CPU use of the run's process tree, as a fraction of one core, that counts as busy.
     pub busy_cpu: f64,

@@ -6,6 +6,7 @@ pub mod baseline;
 pub mod clean;
 pub mod clean_file;
 pub mod disk;
+pub mod disk_tick;
 pub mod flap;
 pub mod prune;
 pub mod regress;

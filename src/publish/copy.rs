@@ -1,60 +1,100 @@
 //! The byte path. Copies with roger's own read→hash→write loop (`std::fs::copy` would use
 //! copy_file_range/reflink: no pass to hash, shared blocks) into an O_EXCL staging file,
 //! fsyncs it, closes it with the error checked, drops its pages from the cache and re-reads it
-//! from disk to verify. Hashing runs on a second thread so it overlaps the I/O.
+//! from disk to verify. Reading, hashing and writing run on three threads so they overlap.
 
-use super::failpoint;
-use anyhow::{bail, Context, Result};
+use super::{direct, failpoint};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsRawFd, IntoRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 
-/// Chunk size of the pipeline: large sequential I/O, three chunks in flight.
-pub const CHUNK: usize = 8 << 20;
-const IN_FLIGHT: usize = 3;
-/// Start write-back every this many bytes so the final fsync has little left to do.
-const KICK_WRITEBACK: u64 = 64 << 20;
+/// Chunk size of the pipeline: large sequential I/O, a few chunks in flight.
+pub const CHUNK: usize = 1 << 20;
+const IN_FLIGHT: usize = 8;
+/// Buffer and chunk alignment O_DIRECT needs (the largest logical block size in use).
+pub const ALIGN: usize = 4096;
 
-/// Read `r` to its end; `sink` sees every chunk while a second thread hashes it.
-pub fn pump(
-    mut r: impl Read,
-    mut sink: impl FnMut(&[u8]) -> io::Result<()>,
-) -> io::Result<(String, u64)> {
-    let (to_hash, hash_rx) = mpsc::sync_channel::<(Vec<u8>, usize)>(IN_FLIGHT);
-    let (back_tx, back_rx) = mpsc::channel::<Vec<u8>>();
+/// Read `r` to its end on this thread while one thread hashes each chunk and another hands it
+/// to `sink` (the write), so reading, hashing and writing overlap.
+pub fn pump<S>(mut r: impl Read, mut sink: S) -> io::Result<(String, u64)>
+where
+    S: FnMut(&[u8]) -> io::Result<()> + Send,
+{
+    // (buffer, start of its ALIGN-aligned window, bytes in it)
+    type Chunk = (Arc<Vec<u8>>, usize, usize);
+    let (hash_tx, hash_rx) = mpsc::sync_channel::<Chunk>(IN_FLIGHT);
+    let (sink_tx, sink_rx) = mpsc::sync_channel::<Chunk>(IN_FLIGHT);
+    let (back_tx, back_rx) = mpsc::channel::<Arc<Vec<u8>>>();
     for _ in 0..IN_FLIGHT {
-        back_tx.send(vec![0u8; CHUNK]).expect("receiver alive");
+        back_tx
+            .send(Arc::new(vec![0u8; CHUNK + ALIGN]))
+            .expect("receiver alive");
     }
+    let failed = AtomicBool::new(false);
+    let sink_err: Mutex<Option<io::Error>> = Mutex::new(None);
     std::thread::scope(|s| {
+        let back = back_tx.clone();
         let hasher = s.spawn(move || {
             let mut h = Sha256::new();
-            for (buf, k) in hash_rx {
-                h.update(&buf[..k]);
-                if back_tx.send(buf).is_err() {
-                    break;
-                }
+            for (buf, at, k) in hash_rx {
+                h.update(&buf[at..at + k]);
+                let _ = back.send(buf);
             }
             crate::config::hex(&h.finalize())
         });
+        let back = back_tx;
+        let (failed, sink_err) = (&failed, &sink_err);
+        let writer = s.spawn(move || {
+            for (buf, at, k) in sink_rx {
+                // After an error, keep handing buffers back so the reader never waits forever.
+                if !failed.load(Ordering::Relaxed) {
+                    if let Err(e) = sink(&buf[at..at + k]) {
+                        *sink_err.lock().expect("error slot") = Some(e);
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                }
+                let _ = back.send(buf);
+            }
+        });
         let mut n = 0u64;
-        let result = (|| loop {
-            let mut buf = back_rx.recv().expect("hasher hands buffers back");
-            let k = read_full(&mut r, &mut buf)?;
+        let result: io::Result<()> = (|| loop {
+            if failed.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            // A buffer is free again once both the hasher and the writer returned it.
+            let mut buf = loop {
+                let shared = back_rx.recv().expect("workers hand buffers back");
+                if let Ok(b) = Arc::try_unwrap(shared) {
+                    break b;
+                }
+            };
+            // Aligned for O_DIRECT reads (the vector's heap block never moves).
+            let at = buf.as_ptr().align_offset(ALIGN);
+            let k = read_full(&mut r, &mut buf[at..at + CHUNK])?;
             if k == 0 {
                 return Ok(());
             }
-            sink(&buf[..k])?;
             n += k as u64;
-            to_hash.send((buf, k)).expect("hasher alive");
+            let shared = Arc::new(buf);
+            hash_tx.send((shared.clone(), at, k)).expect("hasher alive");
+            sink_tx.send((shared, at, k)).expect("writer alive");
         })();
-        drop(to_hash);
+        drop(hash_tx);
+        drop(sink_tx);
         let sha = hasher.join().expect("hasher thread");
-        result.map(|()| (sha, n))
+        writer.join().expect("writer thread");
+        result?;
+        if let Some(e) = sink_err.lock().expect("error slot").take() {
+            return Err(e);
+        }
+        Ok((sha, n))
     })
 }
 
@@ -82,51 +122,43 @@ pub fn copy_file(src: &Path, dst: &Path) -> Result<(String, u64)> {
         0,
         nix::fcntl::PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL,
     );
-    let mut out = OpenOptions::new()
+    let out = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o644)
         .open(dst)
         .with_context(|| format!("creating staging file {}", dst.display()))?;
-    let fd = out.as_raw_fd();
-    let (mut written, mut kicked) = (0u64, 0u64);
-    let (sha, n) = pump(input, |chunk| {
-        out.write_all(chunk)?;
-        written += chunk.len() as u64;
-        if written - kicked >= KICK_WRITEBACK {
-            // Asynchronous: queue write-back of what is written so far (fsync still decides).
-            // SAFETY: plain syscall on an fd we own.
-            unsafe {
-                libc::sync_file_range(
-                    fd,
-                    kicked as i64,
-                    (written - kicked) as i64,
-                    libc::SYNC_FILE_RANGE_WRITE,
-                );
-            }
-            kicked = written;
-        }
-        Ok(())
-    })
-    .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    let mut writer = direct::StagingWriter::new(out);
+    let (sha, n) = pump(input, |chunk| writer.write_chunk(chunk))
+        .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    let out = writer
+        .finish()
+        .with_context(|| format!("writing {}", dst.display()))?;
     failpoint::hit("after_staging_write");
-    sync_and_close(out, dst)?;
+    fsync_once(&out, dst)?;
+    if let Some(len) = failpoint::truncate_after_fsync() {
+        // Test-only: the WSL failure, bytes lost after fsync said they were safe.
+        out.set_len(len)
+            .with_context(|| format!("test fault: truncating {}", dst.display()))?;
+    }
+    close(out).with_context(|| format!("closing {}", dst.display()))?;
     Ok((sha, n))
 }
 
-/// fsync, then the test-only truncation fault, then close with its error checked.
-pub fn sync_and_close(f: File, path: &Path) -> Result<()> {
-    if let Err(e) = f.sync_all() {
-        bail!(
+/// fsync; an error is final for this file (never retried: the kernel reports a write-back
+/// error once, and the pages may already be gone).
+fn fsync_once(f: &File, path: &Path) -> Result<()> {
+    f.sync_all().map_err(|e| {
+        anyhow::anyhow!(
             "fsync of {} failed: {e}; that copy is discarded (fsync is never retried on the same file)",
             path.display()
-        );
-    }
-    if let Some(len) = failpoint::truncate_after_fsync() {
-        // Test-only: the WSL failure, bytes lost after fsync said they were safe.
-        f.set_len(len)
-            .with_context(|| format!("test fault: truncating {}", path.display()))?;
-    }
+        )
+    })
+}
+
+/// fsync, then close with its error checked.
+pub fn sync_and_close(f: File, path: &Path) -> Result<()> {
+    fsync_once(&f, path)?;
     close(f).with_context(|| format!("closing {}", path.display()))
 }
 
@@ -146,10 +178,13 @@ pub struct Reread {
     /// many; `None` where mincore is unavailable.
     pub pages_resident: Option<u64>,
     pub pages_total: Option<u64>,
+    /// The re-read used O_DIRECT (bypassed the page cache altogether).
+    pub direct_io: bool,
 }
 
 /// Drop the file's pages from the cache (it is fsynced, so they are clean), count what is still
-/// resident, then re-read and hash it.
+/// resident, then re-read and hash it with O_DIRECT (straight from the device, no page cache;
+/// buffered where the filesystem refuses O_DIRECT).
 pub fn reread_from_disk(path: &Path) -> Result<Reread> {
     let f = File::open(path).with_context(|| format!("opening {} to verify", path.display()))?;
     let len = f.metadata()?.len();
@@ -160,14 +195,16 @@ pub fn reread_from_disk(path: &Path) -> Result<Reread> {
         nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
     );
     let resident = resident_pages(&f, len);
+    let mut reader = direct::DirectReader::open(path, len)?;
     let (sha256, bytes_read) =
-        pump(&f, |_| Ok(())).with_context(|| format!("re-reading {}", path.display()))?;
+        pump(&mut reader, |_| Ok(())).with_context(|| format!("re-reading {}", path.display()))?;
     Ok(Reread {
         sha256,
         size: len,
         bytes_read,
         pages_resident: resident.map(|r| r.0),
         pages_total: resident.map(|r| r.1),
+        direct_io: reader.direct,
     })
 }
 
@@ -316,5 +353,14 @@ mod tests {
             "after DONTNEED: {:?}/{total}",
             r.pages_resident
         );
+    }
+
+    #[test]
+    fn dir_sync_keeps_the_first_warning() {
+        let w = DirSync::Unsupported("EINVAL on /mnt/c".into());
+        assert_eq!(DirSync::Ok.and(DirSync::Ok).text(), "ok");
+        assert_eq!(DirSync::Ok.and(w.clone()), w);
+        assert_eq!(w.clone().and(DirSync::Unsupported("other".into())), w);
+        assert_eq!(w.clone().and(DirSync::Ok).text(), "EINVAL on /mnt/c");
     }
 }

@@ -6,6 +6,7 @@
 //! The byte path is in `copy`, the swap/rejection side effects in `place`.
 
 pub mod copy;
+pub mod direct;
 pub mod failpoint;
 pub mod formats;
 pub mod manifest;
@@ -85,12 +86,27 @@ pub struct Outcome {
     /// Pages of the checkpoint still cached right before the verify read (mincore).
     pub pages_resident_before_verify: Option<u64>,
     pub pages_total: Option<u64>,
+    /// The verify read bypassed the page cache (O_DIRECT).
+    pub verify_direct_io: bool,
     pub free_before: Option<u64>,
     /// Leftovers of earlier, killed publishes that were removed.
     pub cleaned: Vec<String>,
     pub pruned: Vec<Pruned>,
     pub ledger: PathBuf,
     pub ledger_seq: u64,
+    /// Where the time went (wall clock, milliseconds).
+    pub timings_ms: Timings,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timings {
+    /// Copy while hashing, fsync and close (in place: fsync only).
+    pub copy: u64,
+    /// Drop the cache, re-read and hash from disk.
+    pub verify: u64,
+    /// Rename, directory fsync, latest.json, ledger record.
+    pub commit: u64,
+    pub total: u64,
 }
 
 /// Refuse when the checkpoint plus margin does not fit (leftover staging files count as free:
@@ -123,6 +139,9 @@ pub fn check_space(
 }
 
 pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result<Outcome> {
+    let started = std::time::Instant::now();
+    let ms = |t: std::time::Instant| t.elapsed().as_millis() as u64;
+    let mut timings = Timings::default();
     let src = std::fs::canonicalize(&req.src)
         .with_context(|| format!("source checkpoint {}", req.src.display()))?;
     let name = names::file_name(&src)?;
@@ -166,8 +185,10 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     let target = dest.join(&name);
     let ledger = Ledger::new(&req.ledger);
 
+    let t = std::time::Instant::now();
     let (digests, reread, mut dirsync) = if in_place {
         let (digests, reread) = place::sync_and_reread(&before, layout)?;
+        timings.verify = ms(t);
         source::unchanged(&src, layout, &before)?;
         failpoint::hit("after_verify");
         (digests, reread, copy::fsync_dir(&dest)?)
@@ -175,8 +196,11 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         let mut staging = place::Staging::new(dest.join(names::staging_name(&name)));
         let written = place::copy_in(&before, layout, staging.path())?;
         failpoint::hit("after_fsync");
+        timings.copy = ms(t);
         source::unchanged(&src, layout, &before)?;
+        let t = std::time::Instant::now();
         let (reread_digests, reread) = place::reread(&written, layout, staging.path())?;
+        timings.verify = ms(t);
         if let Some(why) = place::mismatch(&written, &reread_digests) {
             staging.disarm();
             let evidence = place::set_aside_bad_copy(staging.path(), &dest, &name, clock.now())?;
@@ -198,6 +222,7 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         }
         failpoint::hit("after_verify");
         let mut dirsync = DirSync::Ok;
+        let t = std::time::Instant::now();
         if let Some(l) = latest_before
             .as_ref()
             .filter(|l| l.path == name && target.exists())
@@ -218,8 +243,10 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         staging.disarm();
         failpoint::hit("after_rename");
         dirsync = dirsync.and(copy::fsync_dir(&dest)?);
+        timings.commit = ms(t);
         (written, reread, dirsync)
     };
+    let t = std::time::Instant::now();
 
     let sha256 = combined(layout, &digests);
     failpoint::hit("before_manifest");
@@ -262,11 +289,18 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
             )
         })?;
     failpoint::hit("after_ledger");
+    timings.commit += ms(t);
 
     let pruned = match &req.retention {
-        Some(policy) => prune(&ledger, &req.run, policy, &target, clock)?,
+        Some(policy) => prune(&ledger, &req.run, policy, &target, clock).with_context(|| {
+            format!(
+                "{} is published and recorded, but retention failed",
+                target.display()
+            )
+        })?,
         None => Vec::new(),
     };
+    timings.total = ms(started);
     Ok(Outcome {
         path: target,
         sha256,
@@ -281,11 +315,13 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         verify_bytes_read: reread.bytes_read,
         pages_resident_before_verify: reread.pages_resident,
         pages_total: reread.pages_total,
+        verify_direct_io: reread.direct_io,
         free_before,
         cleaned,
         pruned,
         ledger: req.ledger.clone(),
         ledger_seq: rec.seq,
+        timings_ms: timings,
     })
 }
 
@@ -298,7 +334,13 @@ fn prune(
     clock: &dyn Clock,
 ) -> Result<Vec<Pruned>> {
     let records = ledger.records()?;
-    let published = crate::checkpoints::published(&records, run);
+    // Per destination: a run published to two places (local + backup) keeps N in each, and
+    // never loses the checkpoint another directory's latest.json points to.
+    let dir = latest.parent();
+    let published: Vec<_> = crate::checkpoints::published(&records, run)
+        .into_iter()
+        .filter(|c| c.path.parent() == dir)
+        .collect();
     let mut out = Vec::new();
     for c in retention::plan(&published, policy, &[latest.to_path_buf()]) {
         let path = c.checkpoint.path;

@@ -130,6 +130,7 @@ fn add(total: &mut Reread, r: &Reread) {
     total.size += r.size;
     total.pages_resident = sum(total.pages_resident, r.pages_resident);
     total.pages_total = sum(total.pages_total, r.pages_total);
+    total.direct_io &= r.direct_io;
 }
 
 fn digest(rel: &str, r: &Reread) -> crate::digest::FileDigest {
@@ -201,6 +202,7 @@ pub fn reread(
     let mut total = Reread {
         pages_resident: Some(0),
         pages_total: Some(0),
+        direct_io: true,
         ..Reread::default()
     };
     let mut digests = Vec::new();
@@ -234,6 +236,7 @@ pub fn sync_and_reread(
     let mut total = Reread {
         pages_resident: Some(0),
         pages_total: Some(0),
+        direct_io: true,
         ..Reread::default()
     };
     let mut digests = Vec::new();

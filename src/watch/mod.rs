@@ -13,6 +13,7 @@ pub mod policy;
 mod relaunch;
 pub mod resume;
 pub mod signals;
+mod xids;
 
 pub use event::{Event, Report};
 
@@ -74,8 +75,10 @@ pub(crate) struct Watcher<'a> {
     /// Dry run: the current episode was recorded already.
     pub recorded_episode: bool,
     pub run_gpus: Vec<u32>,
-    /// A low-disk record was written and space has not recovered since.
-    pub disk_low: bool,
+    /// `[watch] disk_check`: when it last ran and what it said.
+    pub disk: crate::hygiene::disk_tick::DiskTicker,
+    /// NVML critical-XID events, when the driver offers them.
+    pub xids: xids::XidFeed,
 }
 
 /// Run the watch until the run is done, a breaker opens, or roger is told to stop.
@@ -140,7 +143,8 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         start_seq: records.last().map_or(0, |r| r.seq),
         recorded_episode: false,
         run_gpus: Vec::new(),
-        disk_low: false,
+        disk: Default::default(),
+        xids: xids::XidFeed::start(&cfg.gpu.source),
         ledger,
     };
     me.start()
@@ -283,6 +287,10 @@ impl Watcher<'_> {
             self.announce_limit()?;
             if self.cfg.watch.disk_check {
                 self.check_disk()?;
+            }
+            for x in self.xids.drain() {
+                tracing::warn!("XID {} on GPU {}: {}", x.code, x.device, x.meaning);
+                self.record(Kind::Watch, a.last_step, xids::record_fields(&x))?;
             }
             let flow = match self.new_rollback()? {
                 Some(rb) => self.on_rollback(rb, &a)?,

@@ -3,7 +3,6 @@
 
 use super::{resume, Watcher};
 use crate::gpu::GpuError;
-use crate::ledger::Kind;
 use crate::sentinel::{GpuObs, Sample};
 use anyhow::{Context, Result};
 
@@ -62,39 +61,14 @@ impl Watcher<'_> {
         }
     }
 
-    /// `[watch] disk_check`: free space where checkpoints go; below `[disk] fail_free` it is
-    /// recorded once (and again only after recovering above `warn_free`). Never an action.
+    /// `[watch] disk_check`: the same disk check as `roger hygiene disk` (free space and the
+    /// forecast hours to full of every path the run writes to), rate-limited, recorded as a
+    /// `hygiene` record when its status changes. Never an action: the warning is the point.
     pub(super) fn check_disk(&mut self) -> Result<()> {
-        let dir = self
-            .cfg
-            .run
-            .checkpoint_dir
-            .clone()
-            .unwrap_or_else(|| self.cfg.base_dir());
-        let Ok(space) = crate::sys::disk::space_of(&dir) else {
-            return Ok(());
-        };
-        let d = &self.cfg.disk;
-        if space.avail < d.fail_free.0 && !self.disk_low {
-            self.disk_low = true;
-            tracing::warn!(
-                "{}: only {} free (fail_free {})",
-                dir.display(),
-                crate::sentinel::human_bytes(space.avail as f64),
-                d.fail_free
-            );
-            self.record(
-                Kind::Watch,
-                self.sentinel.last_step(),
-                vec![
-                    ("event", "disk_low".into()),
-                    ("path", dir.display().to_string().into()),
-                    ("avail", space.avail.into()),
-                    ("fail_free", d.fail_free.0.into()),
-                ],
-            )?;
-        } else if space.avail >= d.warn_free.0 {
-            self.disk_low = false;
+        let now = chrono::Utc::now();
+        let step = self.sentinel.last_step();
+        if let Err(e) = self.disk.tick(self.cfg, &self.ledger, "watch", step, now) {
+            tracing::warn!("disk check failed: {e:#}");
         }
         Ok(())
     }

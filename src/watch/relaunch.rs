@@ -35,6 +35,7 @@ impl Watcher<'_> {
             )?;
             self.stopped(&s)?;
         }
+        self.quarantine_outputs()?;
         if let Flow::Exit(c) = self.wait_vram()? {
             return Ok(Flow::Exit(c));
         }
@@ -233,5 +234,37 @@ impl Watcher<'_> {
                 return Ok(Flow::Exit(c));
             }
         }
+    }
+
+    /// The run ended without finishing: its declared outputs (`[quarantine] outputs`) written
+    /// since it started, or that do not parse / hold NaN, are set aside before anything (a
+    /// nightly loop, the relaunched run) can pick them up as good.
+    fn quarantine_outputs(&mut self) -> Result<()> {
+        let outputs = &self.cfg.quarantine.outputs;
+        if outputs.is_empty() {
+            return Ok(());
+        }
+        let now = chrono::Utc::now();
+        let started_at = chrono::Duration::from_std(self.run.started.elapsed())
+            .ok()
+            .map(|lived| now - lived);
+        let (_, items) = crate::quarantine::outputs::quarantine_untrusted(
+            outputs,
+            Some(crate::quarantine::outputs::Crash { started_at }),
+            &self.cfg.quarantine_dir(),
+            "watch",
+            &self.run_name,
+            &self.ledger,
+            now,
+        )?;
+        for item in &items {
+            tracing::warn!(
+                "quarantined {} ({}): {}",
+                item.original_path.display(),
+                item.id,
+                item.reason
+            );
+        }
+        Ok(())
     }
 }

@@ -286,6 +286,7 @@ fn the_verify_read_comes_from_disk() {
     let total = o["pages_total"].as_u64().unwrap();
     let resident = o["pages_resident_before_verify"].as_u64().unwrap();
     assert_eq!(o["verify_bytes_read"], o["size"]);
+    eprintln!("verify used O_DIRECT: {}", o["verify_direct_io"]);
     assert_eq!(total, o["size"].as_u64().unwrap().div_ceil(4096));
     let tmpfs = nix::sys::statfs::statfs(env.dir.path())
         .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
@@ -381,4 +382,48 @@ fn enospc_on_a_tiny_filesystem_fails_cleanly() {
     assert_eq!(recs.iter().filter(|r| r["kind"] == "publish").count(), 1);
     env.run(&["publish", "ckpt-3.pt"]).expect(0);
     assert_eq!(latest(&tiny)["path"], "ckpt-3.pt");
+}
+
+#[test]
+fn a_live_publishers_staging_copy_is_not_cleaned() {
+    // Stand in for a live publisher: hold the destination's lock with a staging file in
+    // progress. A second publish waits for the lock instead of deleting that file; once the
+    // holder is gone, the file is a leftover and is cleaned.
+    let env = Env::new();
+    env.write("ckpt-1.pt", torch_zip(1000, 1));
+    env.run(&["publish", "ckpt-1.pt", "--to", "ck"]).expect(0);
+    let live = env.write("ck/.roger-staging-1-1-ckpt-2.pt", b"half written");
+    let lock_file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(env.path("ck/.roger-publish.lock"))
+        .unwrap();
+    let held = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .unwrap();
+    env.write("ckpt-3.pt", torch_zip(1000, 3));
+    let mut child = env
+        .cmd(&["publish", "ckpt-3.pt", "--to", "ck"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "publish did not wait for the lock"
+    );
+    assert!(live.exists(), "a live staging file was removed");
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "publish still blocked after the lock was released"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success());
+    assert!(!live.exists(), "leftover not cleaned");
+    assert_eq!(latest(&env.path("ck"))["path"], "ckpt-3.pt");
 }

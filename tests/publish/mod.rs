@@ -177,3 +177,125 @@ fn retention_prunes_with_records_and_never_latest() {
     assert!(!ck.join("ckpt-2000.pt").exists());
 }
 mod crash;
+
+#[test]
+fn directory_checkpoint_is_published_whole_and_hashed_as_a_tree() {
+    let env = Env::new();
+    env.write("out/checkpoint-12000/model.safetensors", {
+        let data = vec![5u8; 4096];
+        let header =
+            "{\"w\":{\"dtype\":\"U8\",\"shape\":[4096],\"data_offsets\":[0,4096]}}".to_string();
+        let mut v = (header.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(header.as_bytes());
+        v.extend_from_slice(&data);
+        v
+    });
+    env.write(
+        "out/checkpoint-12000/optimizer/state.bin",
+        vec![1u8; 10_000],
+    );
+    env.write("out/checkpoint-12000/trainer_state.json", "{}");
+    let out = env
+        .run(&["publish", "out/checkpoint-12000/", "--to", "ck", "--json"])
+        .expect(0);
+    let o: Value = serde_json::from_str(out.stdout().trim()).unwrap();
+    let ck = std::fs::canonicalize(env.path("ck")).unwrap();
+    let target = ck.join("checkpoint-12000");
+    assert_eq!(o["layout"], "dir");
+    assert_eq!(o["files"], 3);
+    assert_eq!(o["step"], 12000);
+    let d = roger::digest::hash_path(&target).unwrap();
+    assert_eq!(
+        d,
+        roger::digest::hash_path(&env.path("out/checkpoint-12000")).unwrap()
+    );
+    assert_eq!(o["sha256"], d.sha256.as_str());
+    assert_eq!(latest(&ck)["path"], "checkpoint-12000");
+    let r = &ledger_records(&ck.join("roger-ledger.jsonl"))[0];
+    assert_eq!(
+        (r["layout"].as_str(), r["files"].as_u64()),
+        (Some("dir"), Some(3))
+    );
+    env.run(&["publish", "--verify", "--to", "ck"]).expect(0);
+    // A truncated safetensors inside a directory is refused by name.
+    let st = std::fs::read(env.path("out/checkpoint-12000/model.safetensors")).unwrap();
+    env.write(
+        "out/checkpoint-13000/model.safetensors",
+        &st[..st.len() - 100],
+    );
+    env.run(&["publish", "out/checkpoint-13000", "--to", "ck"])
+        .expect(1)
+        .stderr_has("checkpoint-13000/model.safetensors: refusing to publish");
+    // Republishing the same name replaces the whole tree (a file gone from the new one is gone).
+    std::fs::remove_file(env.path("out/checkpoint-12000/trainer_state.json")).unwrap();
+    env.run(&["publish", "out/checkpoint-12000", "--to", "ck"])
+        .expect(0);
+    assert!(!target.join("trainer_state.json").exists());
+    assert_eq!(
+        names_in(&ck),
+        [
+            ".roger-publish.lock",
+            "checkpoint-12000",
+            "latest.json",
+            "roger-ledger.jsonl"
+        ]
+    );
+}
+
+#[test]
+fn in_place_publish_records_without_copying() {
+    let env = Env::new();
+    let src = env.write("ck/step_300.pt", torch_zip(50_000, 3));
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&src).unwrap());
+    let out = env
+        .run(&["publish", "ck/step_300.pt", "--to", "ck", "--json"])
+        .expect(0);
+    let o: Value = serde_json::from_str(out.stdout().trim()).unwrap();
+    assert_eq!(o["in_place"], true);
+    assert_eq!(o["step"], 300);
+    assert_eq!(o["verify_bytes_read"], o["size"]);
+    let same = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&src).unwrap());
+    assert_eq!(ino, same, "not copied");
+    assert_eq!(latest(&env.path("ck"))["path"], "step_300.pt");
+    let r = &ledger_records(&env.path("ck/roger-ledger.jsonl"))[0];
+    assert_eq!(r["in_place"], true);
+    assert_eq!(r["sha256"], sha256_file(&src).as_str());
+}
+
+#[test]
+fn config_gives_destination_ledger_run_and_retention() {
+    let env = Env::new();
+    env.write(
+        "roger.toml",
+        "[run]\nname = \"llama\"\ncheckpoint_dir = \"ckpts\"\nledger = \"logs/ledger.jsonl\"\n[publish]\nkeep_last = 1\nmargin = \"1MiB\"\n",
+    );
+    for step in [10, 20] {
+        let name = format!("ckpt-{step}.pt");
+        env.write(&name, torch_zip(1000, step as u8));
+        env.run(&["publish", &name])
+            .expect(0)
+            .stdout_has("published");
+    }
+    assert!(!env.path("ckpts/ckpt-10.pt").exists());
+    assert!(env.path("ckpts/ckpt-20.pt").exists());
+    let recs = ledger_records(&env.path("logs/ledger.jsonl"));
+    let kinds: Vec<&str> = recs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["publish", "publish", "prune"]);
+    assert!(recs.iter().all(|r| r["run"] == "llama"));
+    // --no-prune and an explicit --to override the config.
+    env.write("ckpt-30.pt", torch_zip(1000, 30));
+    env.run(&["publish", "ckpt-30.pt", "--no-prune"]).expect(0);
+    assert!(env.path("ckpts/ckpt-20.pt").exists());
+    env.run(&["publish", "ckpt-30.pt", "--to", "elsewhere"])
+        .expect(0);
+    assert_eq!(latest(&env.path("elsewhere"))["step"], 30);
+    // Retention is per destination: the other directory's latest is untouched.
+    assert!(env.path("ckpts/ckpt-30.pt").exists());
+    env.run(&["publish", "--verify"]).expect(0);
+    env.run(&["publish", "--verify", "ckpts/ckpt-20.pt"])
+        .expect(0)
+        .stdout_has("ckpt-20.pt matches publish record #2");
+    env.run(&["publish", "--help"])
+        .expect(0)
+        .stdout_has("ROGER_FAILPOINT");
+}
