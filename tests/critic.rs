@@ -360,7 +360,7 @@ fn daemon_follows_an_appended_log_files_stale_once_and_stops_on_sigterm() {
     let env = Env::new();
     env.write(
         "roger.toml",
-        "[run]\nname = \"d\"\nlog = \"train.jsonl\"\n[[phase]]\nname = \"all\"\nfrom = 0\nloss = [0.1, 10.0]\nstale = \"1s\"\nwindow = 20\n",
+        "[run]\nname = \"d\"\nlog = \"train.jsonl\"\n[[phase]]\nname = \"all\"\nfrom = 0\nloss = [0.1, 10.0]\nstale = \"1s\"\nwindow = 20\n[critic]\ndisk_check = true\n",
     );
     env.write("train.jsonl", "{\"step\": 1, \"loss\": 2.0}\n");
     let mut daemon = env.cmd(&["critic", "--daemon", "--interval", "200ms"]);
@@ -416,6 +416,13 @@ fn daemon_follows_an_appended_log_files_stale_once_and_stops_on_sigterm() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("stale: no new step for"), "{stdout}");
+    // [critic] disk_check: hygiene's disk check ran from the daemon and filed its first status.
+    let all = Ledger::new(env.path("roger-ledger.jsonl"))
+        .records()
+        .unwrap();
+    assert!(all.iter().any(|r| r.kind == roger::ledger::Kind::Hygiene
+        && r.source == "critic"
+        && r.str_field("check") == Some("disk")));
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The critic's edge: a [`Runner`] owns the log tail, the history and the GPU reader, and
 //! turns one tick (read new bytes → observe → judge) into a verdict; [`daemon`] repeats it
-//! every interval, files a verdict when something changed, and stops cleanly on
-//! SIGTERM/SIGINT after finishing the verdict in hand.
+//! every interval, files a verdict when something changed (and runs hygiene's disk check
+//! when `[critic] disk_check` asks), and stops cleanly on SIGTERM/SIGINT after finishing the
+//! verdict in hand.
 
 use crate::config::Config;
 use crate::critic::{self, observe, History, Observation, Verdict};
@@ -147,8 +148,15 @@ pub fn daemon(
 ) -> Result<()> {
     install_signal_handlers()?;
     let mut last: Option<Verdict> = None;
+    let mut disk = crate::hygiene::disk_tick::DiskTicker::default();
     while !STOP.load(Ordering::SeqCst) {
         let now = clock.now();
+        if runner.cfg.critic.disk_check {
+            let step = last.as_ref().and_then(|v| v.step);
+            if let Err(e) = disk.tick(runner.cfg, ledger, "critic", step, now) {
+                eprintln!("roger: error: disk check: {e:#}");
+            }
+        }
         match runner.tick(now) {
             Ok(mut tick) => {
                 mark_flapping(&mut tick.verdict, ledger, runner.cfg);
