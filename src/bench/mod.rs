@@ -209,16 +209,14 @@ pub fn arbitrate(
     }
 }
 
-/// The run's throughput from its JSONL log: the median of the last 20 values of `key`.
-/// Deliberately minimal (JSONL, top-level numeric key); swap for `crate::metrics::read_all`
-/// once the metrics module is on this branch.
-pub fn tokens_per_s_from_jsonl(path: &Path, key: &str) -> Result<Option<f64>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the run's log {}", path.display()))?;
-    let mut v: Vec<f64> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|j| j.get(key).and_then(|x| x.as_f64()))
+/// The run's throughput from its own metrics log (any format the critic reads): the median
+/// of the last 20 finite, positive tokens/s values.
+pub fn run_tokens_per_s(cfg: &crate::config::Config, log: &Path) -> Result<Option<f64>> {
+    let read = crate::metrics::read_all(log, cfg.run.format, &cfg.metrics)?;
+    let mut v: Vec<f64> = read
+        .samples
+        .iter()
+        .filter_map(|s| s.values.get("tokens_per_s").copied())
         .filter(|x| x.is_finite() && *x > 0.0)
         .collect();
     let n = v.len();
@@ -316,23 +314,31 @@ mod tests {
     }
 
     #[test]
-    fn tokens_per_s_is_the_median_of_the_last_values() {
+    fn tokens_per_s_is_the_median_of_the_last_values_in_any_log_format() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("log.jsonl");
         let mut text = String::new();
         for i in 0..30 {
             text.push_str(&format!(
-                "{{\"step\": {i}, \"tokens_per_s\": {}}}\n",
+                "{{\"step\": {i}, \"perf\": {{\"tps\": {}}}}}\n",
                 if i < 10 { 1.0 } else { 1000.0 + i as f64 }
             ));
         }
-        text.push_str("{\"step\": 31, \"tokens_per_s\": \"NaN\"}\nnot json\n");
+        text.push_str("{\"step\": 31, \"perf\": {\"tps\": NaN}}\nnot json\n");
         std::fs::write(&p, text).unwrap();
-        assert_eq!(
-            tokens_per_s_from_jsonl(&p, "tokens_per_s").unwrap(),
-            Some(1019.5)
-        );
-        assert_eq!(tokens_per_s_from_jsonl(&p, "tps").unwrap(), None);
-        assert!(tokens_per_s_from_jsonl(&dir.path().join("none"), "x").is_err());
+        let cfg_path = dir.path().join("roger.toml");
+        std::fs::write(
+            &cfg_path,
+            "[run]\nname = \"r\"\nlog = \"log.jsonl\"\n[metrics]\ntokens_per_s = \"perf/tps\"\n",
+        )
+        .unwrap();
+        let cfg = crate::config::Config::load(&cfg_path).unwrap();
+        assert_eq!(run_tokens_per_s(&cfg, &p).unwrap(), Some(1019.5));
+        let csv = dir.path().join("m.csv");
+        std::fs::write(&csv, "step,perf/tps\n1,10\n2,\n3,30\n").unwrap();
+        let mut cfg_csv = cfg.clone();
+        cfg_csv.run.format = crate::config::LogFormat::Csv;
+        assert_eq!(run_tokens_per_s(&cfg_csv, &csv).unwrap(), Some(20.0));
+        assert!(run_tokens_per_s(&cfg, &dir.path().join("none")).is_err());
     }
 }

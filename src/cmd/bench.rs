@@ -297,18 +297,13 @@ fn arbitrate(
     };
     let tps = match args.tokens_per_s {
         Some(t) => Some(t),
-        None => match cfg.and_then(|c| {
-            c.run
-                .log
-                .clone()
-                .map(|l| (l, c.metrics.tokens_per_s.clone()))
-        }) {
-            Some((log, key)) if log.exists() => bench::tokens_per_s_from_jsonl(&log, &key)?,
+        None => match cfg.and_then(|c| c.run.log.clone().map(|l| (c, l))) {
+            Some((c, log)) if log.exists() => bench::run_tokens_per_s(c, &log)?,
             _ => None,
         },
     };
     let Some(tps) = tps else {
-        findings.push(Finding::new(Level::Info, "mfu", "no tokens/s: pass --tokens-per-s or point [run] log at a JSONL log with the [metrics] tokens_per_s key"));
+        findings.push(Finding::new(Level::Info, "mfu", "no tokens/s: pass --tokens-per-s or point [run] log at a metrics log with the [metrics] tokens_per_s key"));
         return Ok(None);
     };
     let dtype = Dtype::parse(&bc.dtype).unwrap_or(Dtype::Bf16);
