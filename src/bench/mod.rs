@@ -8,7 +8,7 @@ pub mod libs;
 
 use crate::gpu::checks::{Finding, Level};
 use crate::gpu::spec::{Dtype, Spec};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
