@@ -19,6 +19,7 @@ pub mod publish;
 pub mod quarantine;
 pub mod schedule;
 pub mod sentinel;
+pub mod status;
 pub mod sys;
 pub mod watch;
 

@@ -34,36 +34,7 @@ pub const CHECKS: [&str; 11] = [
     "stale",
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    // Declared in order of severity: `max` is the worst.
-    Pass,
-    Unknown,
-    Warn,
-    Fail,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Unknown => "unknown",
-            Status::Warn => "warn",
-            Status::Fail => "fail",
-        }
-    }
-
-    /// The judging exit code (0/1/2/3).
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Status::Pass => crate::exit::OK,
-            Status::Warn => crate::exit::WARN,
-            Status::Fail => crate::exit::FAIL,
-            Status::Unknown => crate::exit::UNKNOWN,
-        }
-    }
-}
+pub use crate::status::Status;
 
 /// A number that survives JSON: non-finite values are written as the strings "NaN",
 /// "Infinity", "-Infinity" (serde_json would write null) and read back from them.
