@@ -52,7 +52,7 @@ fn print_human(cfg: &Config) {
             s.step_slack
         );
     } else {
-        outln!("schedule none (lr check is unknown)");
+        outln!("schedule none (the lr check is skipped: declare [schedule] to have it judged)");
     }
     if cfg.phases.is_empty() {
         outln!("phases   none: every threshold check is unknown until a [[phase]] is declared");

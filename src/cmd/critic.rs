@@ -87,7 +87,6 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         return run_replay(global, &args);
     }
     let cfg = config::require(global.config.as_deref())?;
-    validate(&cfg)?;
     let log = match (&args.log, &cfg.run.log) {
         (Some(l), _) | (None, Some(l)) => l.clone(),
         (None, None) => bail!(
@@ -129,34 +128,6 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         print_human(&tick.verdict, &cfg, rec.seq);
     }
     Ok(tick.verdict.status.exit_code())
-}
-
-/// `[critic]` values a check cannot work with.
-fn validate(cfg: &Config) -> Result<()> {
-    let c = &cfg.critic;
-    let file = cfg.path.display();
-    if c.eval_window < 2 {
-        bail!(
-            "{file}: [critic] expected eval_window >= 2 evals, got {}",
-            c.eval_window
-        );
-    }
-    if c.band_samples < 1 {
-        bail!("{file}: [critic] expected band_samples >= 1");
-    }
-    if c.min_samples < 3 {
-        bail!(
-            "{file}: [critic] expected min_samples >= 3, got {}",
-            c.min_samples
-        );
-    }
-    if c.grad_nonfinite_consecutive < 1 {
-        bail!("{file}: [critic] expected grad_nonfinite_consecutive >= 1");
-    }
-    if c.interval.0.is_zero() {
-        bail!("{file}: [critic] expected interval above 0");
-    }
-    Ok(())
 }
 
 /// Garbage lines and restarts go to stderr: they never stop the critic.

@@ -370,6 +370,28 @@ fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
             bail!("{file}: [[quiet]] '{}': expected every > 0 steps", q.name);
         }
     }
+    let c = &raw.critic;
+    if c.eval_window < 2 {
+        bail!(
+            "{file}: [critic] expected eval_window >= 2 evals, got {}",
+            c.eval_window
+        );
+    }
+    if c.band_samples < 1 {
+        bail!("{file}: [critic] expected band_samples >= 1");
+    }
+    if c.min_samples < 3 {
+        bail!(
+            "{file}: [critic] expected min_samples >= 3, got {}",
+            c.min_samples
+        );
+    }
+    if c.grad_nonfinite_consecutive < 1 {
+        bail!("{file}: [critic] expected grad_nonfinite_consecutive >= 1");
+    }
+    if c.interval.0.is_zero() {
+        bail!("{file}: [critic] expected interval above 0");
+    }
     let w = &raw.watch;
     if w.hysteresis == 0 {
         bail!("{file}: [watch] expected hysteresis >= 1 sample");
@@ -518,6 +540,14 @@ mod tests {
         let text = format!("{MIN}[watch]\ngrace = \"ten minutes\"\n");
         let err = parse(&text).unwrap_err().to_string();
         assert!(err.contains(":4:9:") && err.contains("duration"), "{err}");
+    }
+
+    #[test]
+    fn critic_limits_are_checked_at_load() {
+        let err = parse(&format!("{MIN}[critic]\nmin_samples = 1\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("[critic] expected min_samples >= 3"), "{err}");
     }
 
     #[test]
