@@ -21,8 +21,9 @@ import time
 LOG = os.environ.get("TRAIN_LOG", "train_log.jsonl")
 CKPT_DIR = os.environ.get("CKPT_DIR", "ckpt")
 STAGING = os.environ.get("STAGING_DIR", "staging")
-TOTAL, WARMUP, PEAK, MIN_LR = 5000, 200, 6e-4, 6e-5
-SAVE_EVERY = 500
+# Matches roger.example.toml: cosine to 6e-5 over 1200 steps after a 200-step warmup.
+TOTAL, WARMUP, PEAK, MIN_LR = 1200, 200, 6e-4, 6e-5
+SAVE_EVERY = 100
 
 
 def lr_at(step):
@@ -53,9 +54,10 @@ def main():
     with open(LOG, "a") as log:
         while step < TOTAL:
             step += 1
-            loss = 2.8 + 8.0 * math.exp(-step / 400)
+            # Inside the example phases' loss bands: [3, 11.5] in warmup, [2.5, 6] after.
+            loss = 3.0 + 7.6 * math.exp(-step / 150) + 0.6 * (1 - step / TOTAL)
             row = {"step": step, "loss": loss, "lr": lr_at(step), "grad_norm": 0.8,
-                   "tokens_per_s": 52000.0, "time": time.time()}
+                   "tokens_per_s": 52000.0, "vram_gib": 41.5, "time": time.time()}
             log.write(json.dumps(row) + "\n")
             log.flush()
             if step % SAVE_EVERY == 0:
