@@ -178,17 +178,10 @@ pub fn verify_on_disk(c: &Checkpoint) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{Entry, Ledger};
-    use chrono::{TimeZone, Utc};
+    use crate::ledger::Entry;
 
     fn ledger_with(entries: Vec<Entry>) -> Vec<Record> {
-        let dir = tempfile::tempdir().unwrap();
-        let l = Ledger::new(dir.path().join("l.jsonl"));
-        for (i, e) in entries.into_iter().enumerate() {
-            l.append(e, Utc.timestamp_opt(1_700_000_000 + i as i64, 0).unwrap())
-                .unwrap();
-        }
-        l.records().unwrap()
+        crate::ledger::test_records(entries)
     }
 
     fn publish(step: u64) -> Entry {

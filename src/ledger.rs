@@ -509,6 +509,20 @@ fn last_good_record(file: &mut File) -> Result<(Option<(u64, String)>, bool)> {
     }
 }
 
+/// Records made by appending `entries` to a fresh ledger, one second apart: for unit tests of
+/// the modules that decide from ledger records.
+#[cfg(test)]
+pub fn test_records(entries: Vec<Entry>) -> Vec<Record> {
+    use chrono::TimeZone;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let l = Ledger::new(dir.path().join("l.jsonl"));
+    for (i, e) in entries.into_iter().enumerate() {
+        l.append(e, Utc.timestamp_opt(1_700_000_000 + i as i64, 0).unwrap())
+            .expect("append");
+    }
+    l.records().expect("read back")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -145,13 +145,7 @@ mod tests {
     use chrono::TimeZone;
 
     fn records(entries: Vec<Entry>) -> Vec<Record> {
-        let dir = tempfile::tempdir().unwrap();
-        let l = Ledger::new(dir.path().join("l.jsonl"));
-        for (i, e) in entries.into_iter().enumerate() {
-            l.append(e, Utc.timestamp_opt(1_700_000_000 + i as i64, 0).unwrap())
-                .unwrap();
-        }
-        l.records().unwrap()
+        crate::ledger::test_records(entries)
     }
 
     fn publish(step: u64) -> Entry {

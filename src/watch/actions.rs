@@ -51,6 +51,14 @@ impl Watcher<'_> {
         self.done(exit::NOT_DONE, &format!("stopped by {}", sig.as_str()))
     }
 
+    /// SIGTERM, the grace period, SIGKILL for what is left — each signal after the identity
+    /// check in `child::stop` — then record who got what.
+    pub(super) fn terminate(&mut self, targets: &[ProcId]) -> Result<()> {
+        let grace = self.cfg.watch.grace.0;
+        let s = child::stop(&mut self.run, targets, Signal::SIGTERM, grace, &self.fs)?;
+        self.stopped(&s)
+    }
+
     pub(super) fn on_exit(&mut self, code: Option<i32>, signal: Option<i32>) -> Result<Flow> {
         let lived = self.run.started.elapsed().as_secs_f64();
         self.record(
@@ -99,14 +107,7 @@ impl Watcher<'_> {
             self.recorded_episode = true;
             return Ok(Flow::Continue);
         }
-        let s = child::stop(
-            &mut self.run,
-            &leftovers,
-            Signal::SIGTERM,
-            self.cfg.watch.grace.0,
-            &self.fs,
-        )?;
-        self.stopped(&s)?;
+        self.terminate(&leftovers)?;
         self.on_exit(code, signal)
     }
 
@@ -142,14 +143,7 @@ impl Watcher<'_> {
         how: &str,
         diverged_at: Option<u64>,
     ) -> Result<Flow> {
-        let s = child::stop(
-            &mut self.run,
-            targets,
-            Signal::SIGTERM,
-            self.cfg.watch.grace.0,
-            &self.fs,
-        )?;
-        self.stopped(&s)?;
+        self.terminate(targets)?;
         self.ends.push(RunEnd {
             lived_s: self.run.started.elapsed().as_secs_f64(),
             how: how.to_string(),

@@ -11,7 +11,6 @@ use crate::exit;
 use crate::ledger::Kind;
 use crate::sys::proc::ProcId;
 use anyhow::Result;
-use nix::sys::signal::Signal;
 use serde_json::json;
 use std::time::Instant;
 
@@ -26,14 +25,7 @@ impl Watcher<'_> {
                 leftovers.len()
             );
             self.kill_record("leftover", Evidence::Note(why), &leftovers, None)?;
-            let s = child::stop(
-                &mut self.run,
-                &leftovers,
-                Signal::SIGTERM,
-                self.cfg.watch.grace.0,
-                &self.fs,
-            )?;
-            self.stopped(&s)?;
+            self.terminate(&leftovers)?;
         }
         self.quarantine_outputs()?;
         if let Flow::Exit(c) = self.wait_vram()? {
@@ -179,14 +171,7 @@ impl Watcher<'_> {
                     if !ids.is_empty() {
                         let why = "processes of the ended run still hold GPU memory".to_string();
                         self.kill_record("vram_leftover", Evidence::Note(why), &ids, None)?;
-                        let s = child::stop(
-                            &mut self.run,
-                            &ids,
-                            Signal::SIGTERM,
-                            self.cfg.watch.grace.0,
-                            &self.fs,
-                        )?;
-                        self.stopped(&s)?;
+                        self.terminate(&ids)?;
                     }
                     if t0.elapsed() >= timeout {
                         tracing::warn!("the run's GPU memory is still reported held after {timeout:?}; relaunching");

@@ -110,18 +110,11 @@ pub fn rollback_trigger(rec: &Record, run: &str, rollback_on: &[String]) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{Entry, Ledger};
-    use chrono::{TimeZone, Utc};
+    use crate::ledger::Entry;
     use std::path::PathBuf;
 
     fn records(entries: Vec<Entry>) -> Vec<Record> {
-        let dir = tempfile::tempdir().unwrap();
-        let l = Ledger::new(dir.path().join("l.jsonl"));
-        for (i, e) in entries.into_iter().enumerate() {
-            l.append(e, Utc.timestamp_opt(1_700_000_000 + i as i64, 0).unwrap())
-                .unwrap();
-        }
-        l.records().unwrap()
+        crate::ledger::test_records(entries)
     }
 
     #[test]
