@@ -5,6 +5,7 @@
 //! rename into place → directory fsync → latest.json → ledger → retention.
 //! The byte path is in `copy`, the swap/rejection side effects in `place`.
 
+pub mod chain;
 pub mod copy;
 pub mod direct;
 pub mod failpoint;
@@ -199,9 +200,10 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         timings.copy = ms(t);
         source::unchanged(&src, layout, &before)?;
         let t = std::time::Instant::now();
-        let (reread_digests, reread) = place::reread(&written, layout, staging.path())?;
+        let (checks, reread) = place::reread(&written, layout, staging.path())?;
         timings.verify = ms(t);
-        if let Some(why) = place::mismatch(&written, &reread_digests) {
+        let written: Vec<FileDigest> = written.into_iter().map(|(d, _)| d).collect();
+        if let Some(why) = place::mismatch(&written, &checks) {
             staging.disarm();
             let evidence = place::set_aside_bad_copy(staging.path(), &dest, &name, clock.now())?;
             ledger.append(
