@@ -336,15 +336,12 @@ fn prune(
     clock: &dyn Clock,
 ) -> Result<Vec<Pruned>> {
     let records = ledger.records()?;
-    // Per destination: a run published to two places (local + backup) keeps N in each, and
-    // never loses the checkpoint another directory's latest.json points to.
-    let dir = latest.parent();
-    let published: Vec<_> = crate::checkpoints::published(&records, run)
-        .into_iter()
-        .filter(|c| c.path.parent() == dir)
-        .collect();
+    let published = crate::checkpoints::published(&records, run);
+    let dir = latest
+        .parent()
+        .context("a published checkpoint has a directory")?;
     let mut out = Vec::new();
-    for c in retention::plan(&published, policy, &[latest.to_path_buf()]) {
+    for c in retention::plan(&published, dir, policy, &[latest.to_path_buf()]) {
         let path = c.checkpoint.path;
         ledger.append(
             Entry::new(Kind::Prune, "publish", run)
