@@ -131,7 +131,8 @@ pub struct Check {
 
 /// Drop every file's pages from the cache (they are fsynced, so clean) and count what stays,
 /// then re-read all segments of all files from disk (O_DIRECT where the filesystem allows)
-/// on up to `available_parallelism` threads (at least two, so reading and hashing overlap).
+/// on twice `available_parallelism` threads (so several reads are in flight while others
+/// hash; O_DIRECT gets no readahead).
 pub fn verify(files: &[(PathBuf, &Marks)]) -> Result<Vec<Check>> {
     let mut checks = Vec::new();
     let mut tasks = Vec::new();
@@ -158,7 +159,8 @@ pub fn verify(files: &[(PathBuf, &Marks)]) -> Result<Vec<Check>> {
     }
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
-        .clamp(2, 16)
+        .saturating_mul(2)
+        .clamp(2, 32)
         .min(tasks.len());
     let next = AtomicUsize::new(0);
     let checks = Mutex::new(checks);

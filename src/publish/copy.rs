@@ -17,8 +17,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
-/// Chunk size of the pipeline: large sequential I/O, a few chunks in flight.
-pub const CHUNK: usize = 1 << 20;
+/// Chunk size of the pipeline: large sequential I/O (O_DIRECT gets no readahead), a few
+/// chunks in flight.
+pub const CHUNK: usize = 4 << 20;
 const IN_FLIGHT: usize = 8;
 /// Buffer and chunk alignment O_DIRECT needs (the largest logical block size in use).
 pub const ALIGN: usize = 4096;
