@@ -198,7 +198,7 @@ mod tests {
             let data: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
             let src = dir.path().join(format!("s{size}"));
             std::fs::write(&src, &data).unwrap();
-            // Cached source (plain reads), then evicted (O_DIRECT reads).
+            // Source cached, then evicted (read back from the device).
             for cold in [false, true] {
                 if cold {
                     let f = std::fs::File::open(&src).unwrap();
