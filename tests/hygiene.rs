@@ -244,6 +244,43 @@ fn prune_until_goal_sparing_latest_last_good_and_quarantined() {
     env.run(&["ledger", "verify"]).expect(0);
 }
 
+#[test]
+fn prune_never_touches_another_destination_directory() {
+    let env = Env::new();
+    config(
+        &env,
+        "warn_free = \"1KB\"\nfail_free = \"0\"\nprune_goal_free = \"1000TB\"",
+    );
+    // The same run publishes to its checkpoint dir and to a backup (same ledger), backup last.
+    for (step, to) in [(100, "ck"), (200, "ck"), (100, "backup"), (200, "backup")] {
+        let src = env.write(&format!("out/ckpt-{step}.bin"), format!("weights {step}"));
+        env.run(&[
+            "publish",
+            src.to_str().unwrap(),
+            "--to",
+            to,
+            "--step",
+            &step.to_string(),
+            "--no-prune",
+        ])
+        .expect(0);
+    }
+    env.run(&["hygiene", "disk", "--prune"])
+        .expect(0)
+        .stdout_has("removed 1 checkpoint(s)");
+    assert!(
+        !env.path("ck/ckpt-100.bin").exists(),
+        "ck keeps its newest only"
+    );
+    assert!(env.path("ck/ckpt-200.bin").exists());
+    for step in [100, 200] {
+        let p = env.path(&format!("backup/ckpt-{step}.bin"));
+        assert!(p.exists(), "{} was pruned by the prune of ck", p.display());
+    }
+    env.run(&["publish", "--verify", "backup/ckpt-200.bin"])
+        .expect(0);
+}
+
 fn verdict(ledger: &Ledger, i: u64, lr: &str) {
     let checks = serde_json::json!([
         {"check": "loss", "status": "pass", "observed": 2.0, "expected": "[1, 3]", "reason": "in band"},

@@ -192,6 +192,7 @@ fn plan_prune(
     Ok(prune::plan(
         records,
         &cfg.run.name,
+        &abs_dir,
         &cfg.publish,
         prot,
         avail,

@@ -1,5 +1,6 @@
 //! `hygiene disk --prune`: free space by applying the retention policy — the one
-//! implementation, `publish::retention::plan` — protecting what `latest.json` points to, the
+//! implementation, `publish::retention::plan`, scoped like publish's to the checkpoint
+//! directory being pruned — protecting what `latest.json` points to, the
 //! last good checkpoint and anything quarantined, and taking candidates oldest first only
 //! until the free-space goal is met. Each removal is a `prune` ledger record written before
 //! the bytes go.
@@ -75,10 +76,12 @@ pub fn protected(
     out
 }
 
-/// Plan the prune (pure given its inputs).
+/// Plan the prune of the checkpoints in `dir` (absolute, as ledger paths are; pure given its
+/// inputs).
 pub fn plan(
     records: &[Record],
     run: &str,
+    dir: &Path,
     policy: &PublishConfig,
     protected: Vec<Protected>,
     avail: u64,
@@ -86,7 +89,7 @@ pub fn plan(
 ) -> PrunePlan {
     let published = checkpoints::published(records, run);
     let paths: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();
-    let candidates = retention::plan(&published, policy, &paths);
+    let candidates = retention::plan(&published, dir, policy, &paths);
     let (n, freed, goal_met) = take_until_goal(&candidates, avail, goal_free);
     PrunePlan {
         goal_free,
@@ -167,7 +170,7 @@ mod tests {
     #[test]
     fn takes_only_what_the_goal_needs() {
         let recs = records((1..=6).map(|s| publish(s * 100)).collect());
-        let p = plan(&recs, "r", &policy(1), vec![], 75, 100);
+        let p = plan(&recs, "r", Path::new("/ck"), &policy(1), vec![], 75, 100);
         let steps: Vec<_> = p
             .chosen
             .iter()
@@ -176,9 +179,9 @@ mod tests {
         assert_eq!(steps, [100, 200, 300], "oldest first, 3 × 10 B reach 100");
         assert!(p.goal_met);
         assert_eq!(p.spared, 2);
-        let p = plan(&recs, "r", &policy(1), vec![], 100, 100);
+        let p = plan(&recs, "r", Path::new("/ck"), &policy(1), vec![], 100, 100);
         assert!(p.chosen.is_empty() && p.goal_met);
-        let p = plan(&recs, "r", &policy(1), vec![], 0, 1000);
+        let p = plan(&recs, "r", Path::new("/ck"), &policy(1), vec![], 0, 1000);
         assert_eq!(p.chosen.len(), 5);
         assert!(!p.goal_met);
     }
@@ -209,8 +212,58 @@ mod tests {
                 ("/ck/200", "quarantined")
             ]
         );
-        let p = plan(&recs, "r", &policy(1), prot, 0, u64::MAX);
+        let p = plan(&recs, "r", Path::new("/ck"), &policy(1), prot, 0, u64::MAX);
         assert!(p.chosen.is_empty(), "{:?}", p.chosen);
+    }
+
+    #[test]
+    fn never_a_checkpoint_of_another_directory() {
+        // The same run also publishes to /backup, whose latest.json points at /backup/400.
+        let mut entries: Vec<Entry> = (1..=4).map(|s| publish(s * 100)).collect();
+        for s in [100u64, 200, 300, 400] {
+            entries.push(
+                Entry::new(Kind::Publish, "publish", "r")
+                    .step(Some(s))
+                    .field("path", format!("/backup/{s}"))
+                    .field("sha256", format!("{s:064}"))
+                    .field("size", 10u64),
+            );
+        }
+        let recs = records(entries);
+        let p = plan(
+            &recs,
+            "r",
+            Path::new("/ck"),
+            &policy(0),
+            vec![],
+            0,
+            u64::MAX,
+        );
+        let chosen: Vec<_> = p
+            .chosen
+            .iter()
+            .map(|c| c.checkpoint.path.to_str().unwrap())
+            .collect();
+        assert_eq!(chosen, ["/ck/100", "/ck/200", "/ck/300", "/ck/400"]);
+        assert!(
+            !p.goal_met,
+            "the backup's bytes are not this directory's to free"
+        );
+        // keep_last counts within /ck: its newest stays though the backup's are newer.
+        let p = plan(
+            &recs,
+            "r",
+            Path::new("/ck"),
+            &policy(1),
+            vec![],
+            0,
+            u64::MAX,
+        );
+        assert_eq!(p.chosen.len(), 3);
+        assert!(p
+            .chosen
+            .iter()
+            .all(|c| c.checkpoint.path.starts_with("/ck")));
     }
 
     #[test]
@@ -231,7 +284,7 @@ mod tests {
             )
             .unwrap();
         let recs = ledger.records().unwrap();
-        let p = plan(&recs, "r", &policy(0), vec![], 0, 1);
+        let p = plan(&recs, "r", dir.path(), &policy(0), vec![], 0, 1);
         let removed = execute(
             &p,
             &ledger,

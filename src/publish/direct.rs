@@ -119,28 +119,40 @@ impl StagingWriter {
     }
 }
 
-/// Positional reads of exactly `len` bytes; O_DIRECT when the filesystem allows it. `pump`
-/// hands it aligned buffers of whole blocks, so every read starts block-aligned.
+/// Positional reads of the bytes `off..end`; O_DIRECT when the filesystem allows it. Callers
+/// hand it aligned buffers of whole blocks and a block-aligned `off`, so every read starts
+/// block-aligned.
 pub struct DirectReader {
     f: File,
     off: u64,
     len: u64,
+    first: bool,
     pub direct: bool,
 }
 
 impl DirectReader {
     pub fn open(path: &Path, len: u64) -> Result<DirectReader> {
+        DirectReader::open_at(path, 0, len)
+    }
+
+    pub fn open_at(path: &Path, off: u64, end: u64) -> Result<DirectReader> {
         let f = OpenOptions::new()
             .read(true)
             .open(path)
             .with_context(|| format!("opening {}", path.display()))?;
+        Ok(DirectReader::new(f, off, end))
+    }
+
+    /// Read `f` (already open) from `off` to `end`.
+    pub fn new(f: File, off: u64, end: u64) -> DirectReader {
         let direct = set_direct(&f, true).is_ok();
-        Ok(DirectReader {
+        DirectReader {
             f,
-            off: 0,
-            len,
+            off,
+            len: end,
+            first: true,
             direct,
-        })
+        }
     }
 }
 
@@ -150,14 +162,28 @@ impl Read for DirectReader {
             // Never read at the unaligned end offset: O_DIRECT would refuse it.
             return Ok(0);
         }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.len - self.off).unwrap_or(usize::MAX));
+        // Whole blocks only under O_DIRECT (the last one may run past the end of the file).
+        let want = if self.direct {
+            want.div_ceil(ALIGN) * ALIGN
+        } else {
+            want
+        }
+        .min(buf.len());
+        let buf = &mut buf[..want];
+        let first = std::mem::replace(&mut self.first, false);
         let n = match self.f.read_at(buf, self.off) {
-            Err(e) if self.direct && self.off == 0 && is_einval(&e) => {
+            Err(e) if self.direct && first && is_einval(&e) => {
                 set_direct(&self.f, false)?;
                 self.direct = false;
                 self.f.read_at(buf, self.off)?
             }
             other => other?,
         };
+        // Never past `end`, even if the file grew.
+        let n = n.min(usize::try_from(self.len - self.off).unwrap_or(usize::MAX));
         self.off += n as u64;
         Ok(n)
     }
@@ -172,12 +198,26 @@ mod tests {
             let data: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
             let src = dir.path().join(format!("s{size}"));
             std::fs::write(&src, &data).unwrap();
-            let dst = dir.path().join(format!("d{size}"));
-            let (sha, n) = super::super::copy::copy_file(&src, &dst).unwrap();
-            assert_eq!(n as usize, size);
-            assert_eq!(std::fs::read(&dst).unwrap(), data, "size {size}");
-            let r = super::super::copy::reread_from_disk(&dst).unwrap();
-            assert_eq!((r.sha256, r.bytes_read as usize), (sha, size));
+            // Source cached, then evicted (read back from the device).
+            for cold in [false, true] {
+                if cold {
+                    let f = std::fs::File::open(&src).unwrap();
+                    f.sync_all().unwrap();
+                    let _ = nix::fcntl::posix_fadvise(
+                        std::os::fd::AsRawFd::as_raw_fd(&f),
+                        0,
+                        0,
+                        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+                    );
+                }
+                let dst = dir.path().join(format!("d{size}-{cold}"));
+                let m = super::super::copy::copy_file(&src, &dst).unwrap();
+                let (sha, n) = (m.sha256, m.size);
+                assert_eq!(n as usize, size);
+                assert_eq!(std::fs::read(&dst).unwrap(), data, "size {size}");
+                let r = super::super::copy::reread_from_disk(&dst).unwrap();
+                assert_eq!((r.sha256, r.bytes_read as usize), (sha, size));
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 //! rename into place → directory fsync → latest.json → ledger → retention.
 //! The byte path is in `copy`, the swap/rejection side effects in `place`.
 
+pub mod chain;
 pub mod copy;
 pub mod direct;
 pub mod failpoint;
@@ -199,9 +200,10 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         timings.copy = ms(t);
         source::unchanged(&src, layout, &before)?;
         let t = std::time::Instant::now();
-        let (reread_digests, reread) = place::reread(&written, layout, staging.path())?;
+        let (checks, reread) = place::reread(&written, layout, staging.path())?;
         timings.verify = ms(t);
-        if let Some(why) = place::mismatch(&written, &reread_digests) {
+        let written: Vec<FileDigest> = written.into_iter().map(|(d, _)| d).collect();
+        if let Some(why) = place::mismatch(&written, &checks) {
             staging.disarm();
             let evidence = place::set_aside_bad_copy(staging.path(), &dest, &name, clock.now())?;
             ledger.append(
@@ -334,15 +336,12 @@ fn prune(
     clock: &dyn Clock,
 ) -> Result<Vec<Pruned>> {
     let records = ledger.records()?;
-    // Per destination: a run published to two places (local + backup) keeps N in each, and
-    // never loses the checkpoint another directory's latest.json points to.
-    let dir = latest.parent();
-    let published: Vec<_> = crate::checkpoints::published(&records, run)
-        .into_iter()
-        .filter(|c| c.path.parent() == dir)
-        .collect();
+    let published = crate::checkpoints::published(&records, run);
+    let dir = latest
+        .parent()
+        .context("a published checkpoint has a directory")?;
     let mut out = Vec::new();
-    for c in retention::plan(&published, policy, &[latest.to_path_buf()]) {
+    for c in retention::plan(&published, dir, policy, &[latest.to_path_buf()]) {
         let path = c.checkpoint.path;
         ledger.append(
             Entry::new(Kind::Prune, "publish", run)

@@ -2,6 +2,7 @@
 //! publishes, copying into and verifying the staging copy, swapping it into place, and setting
 //! a bad copy aside as evidence.
 
+use super::chain::{self, Check, Marks};
 use super::copy::{self, Reread};
 use super::names;
 use super::source::SrcFile;
@@ -161,12 +162,13 @@ fn fsync_dirs(root: &Path) -> Result<copy::DirSync> {
 }
 
 /// Copy the source's files into `staging` (a file, or a new directory), hashing as it goes;
-/// every file fsynced and closed, every directory fsynced.
+/// every file fsynced and closed, every directory fsynced. Returns each file's digest and
+/// chain marks.
 pub fn copy_in(
     src: &[SrcFile],
     layout: Layout,
     staging: &Path,
-) -> Result<Vec<crate::digest::FileDigest>> {
+) -> Result<Vec<(crate::digest::FileDigest, Marks)>> {
     let mut out = Vec::new();
     if layout == Layout::Dir {
         std::fs::create_dir(staging)
@@ -180,12 +182,13 @@ pub fn copy_in(
         if let Some(parent) = dst.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        let (sha256, size) = copy::copy_file(&f.path, &dst)?;
-        out.push(crate::digest::FileDigest {
+        let marks = copy::copy_file(&f.path, &dst)?;
+        let digest = crate::digest::FileDigest {
             rel: f.rel.clone(),
-            size,
-            sha256,
-        });
+            size: marks.size,
+            sha256: marks.sha256.clone(),
+        };
+        out.push((digest, marks));
     }
     if layout == Layout::Dir {
         fsync_dirs(staging)?;
@@ -193,29 +196,44 @@ pub fn copy_in(
     Ok(out)
 }
 
-/// Drop the staging copy from the cache and re-read every file of it from disk.
+/// Drop the staging copy from the cache and re-read every file of it from disk, checking
+/// its SHA-256 chain segment by segment on every core (`chain`).
 pub fn reread(
-    written: &[crate::digest::FileDigest],
+    written: &[(crate::digest::FileDigest, Marks)],
     layout: Layout,
     staging: &Path,
-) -> Result<(Vec<crate::digest::FileDigest>, Reread)> {
+) -> Result<(Vec<Check>, Reread)> {
+    let files: Vec<(PathBuf, &Marks)> = written
+        .iter()
+        .map(|(d, m)| {
+            let p = match layout {
+                Layout::File => staging.to_path_buf(),
+                Layout::Dir => staging.join(&d.rel),
+            };
+            (p, m)
+        })
+        .collect();
+    let checks = chain::verify(&files)?;
     let mut total = Reread {
         pages_resident: Some(0),
         pages_total: Some(0),
         direct_io: true,
         ..Reread::default()
     };
-    let mut digests = Vec::new();
-    for w in written {
-        let p = match layout {
-            Layout::File => staging.to_path_buf(),
-            Layout::Dir => staging.join(&w.rel),
-        };
-        let r = copy::reread_from_disk(&p)?;
-        add(&mut total, &r);
-        digests.push(digest(&w.rel, &r));
+    for c in &checks {
+        add(
+            &mut total,
+            &Reread {
+                sha256: String::new(),
+                size: c.size,
+                bytes_read: c.bytes_read,
+                pages_resident: c.resident.map(|r| r.0),
+                pages_total: c.resident.map(|r| r.1),
+                direct_io: c.direct,
+            },
+        );
     }
-    Ok((digests, total))
+    Ok((checks, total))
 }
 
 /// In place: the checkpoint already sits in the destination. fsync each file, then hash it
@@ -249,31 +267,33 @@ pub fn sync_and_reread(
 }
 
 /// How the bytes read back differ from the bytes written, if they do. Pure.
-pub fn mismatch(
-    written: &[crate::digest::FileDigest],
-    reread: &[crate::digest::FileDigest],
-) -> Option<String> {
-    for (w, r) in written.iter().zip(reread) {
+pub fn mismatch(written: &[crate::digest::FileDigest], checks: &[Check]) -> Option<String> {
+    for (w, c) in written.iter().zip(checks) {
         let what = if w.rel.is_empty() {
             "the copy"
         } else {
             w.rel.as_str()
         };
-        if w.size != r.size {
+        if w.size != c.size {
             return Some(format!(
                 "{what}: {} bytes on disk, {} were written and fsynced",
-                r.size, w.size
+                c.size, w.size
             ));
         }
-        if w.sha256 != r.sha256 {
+        if let Some((a, b)) = c.bad {
             return Some(format!(
-                "{what}: sha256 on disk {} differs from the bytes written {}",
-                &r.sha256[..16],
+                "{what}: bytes {a}..{b} on disk differ from the bytes written and hashed (sha256 {}): its SHA-256 from disk would not match",
                 &w.sha256[..16]
             ));
         }
+        if c.bytes_read != c.size {
+            return Some(format!(
+                "{what}: only {} of {} bytes could be re-read",
+                c.bytes_read, c.size
+            ));
+        }
     }
-    (written.len() != reread.len()).then(|| "file count differs".to_string())
+    (written.len() != checks.len()).then(|| "file count differs".to_string())
 }
 
 /// Keep a copy that failed verification as evidence, never under the real name.
@@ -372,13 +392,34 @@ mod tests {
         }
     }
 
+    fn check(size: u64, bad: Option<(u64, u64)>, bytes_read: u64) -> Check {
+        Check {
+            size,
+            bad,
+            bytes_read,
+            resident: None,
+            direct: true,
+        }
+    }
+
     #[test]
     fn mismatch_names_the_file_and_what_differs() {
-        assert_eq!(mismatch(&[d("", 5, 'a')], &[d("", 5, 'a')]), None);
-        let m = mismatch(&[d("", 5, 'a')], &[d("", 3, 'b')]).unwrap();
+        assert_eq!(mismatch(&[d("", 5, 'a')], &[check(5, None, 5)]), None);
+        let m = mismatch(&[d("", 5, 'a')], &[check(3, None, 0)]).unwrap();
         assert_eq!(m, "the copy: 3 bytes on disk, 5 were written and fsynced");
-        let m = mismatch(&[d("x/y.bin", 5, 'a')], &[d("x/y.bin", 5, 'b')]).unwrap();
-        assert!(m.starts_with("x/y.bin: sha256 on disk bbbb"), "{m}");
+        let m = mismatch(&[d("x/y.bin", 5, 'a')], &[check(5, Some((0, 5)), 5)]).unwrap();
+        assert!(
+            m.starts_with(
+                "x/y.bin: bytes 0..5 on disk differ from the bytes written and hashed (sha256 aaaa"
+            ),
+            "{m}"
+        );
+        let m = mismatch(&[d("", 5, 'a')], &[check(5, None, 4)]).unwrap();
+        assert_eq!(m, "the copy: only 4 of 5 bytes could be re-read");
+        assert_eq!(
+            mismatch(&[d("", 5, 'a')], &[]).unwrap(),
+            "file count differs"
+        );
     }
 
     #[test]
