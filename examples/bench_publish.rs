@@ -135,6 +135,7 @@ fn main() {
             ledger: root.join(format!("roger-{rep}/roger-ledger.jsonl")),
             retention: None,
             margin: 0,
+            quarantine_dir: root.join(format!("roger-{rep}/.roger/quarantine")),
         };
         drop_caches();
         let c0 = cpu(libc::RUSAGE_SELF);

@@ -70,6 +70,7 @@ struct Target {
     run: String,
     retention: Option<PublishConfig>,
     margin: u64,
+    quarantine_dir: PathBuf,
 }
 
 fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
@@ -92,6 +93,7 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
             run: c.run.name.clone(),
             margin: c.publish.margin.0,
             retention: Some(overrides(c.publish.clone())),
+            quarantine_dir: c.quarantine_dir(),
         },
         None => {
             let dest = args.to.clone().ok_or_else(|| {
@@ -112,6 +114,7 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
                 run,
                 margin: PublishConfig::default().margin.0,
                 retention: flags.then(|| overrides(PublishConfig::default())),
+                quarantine_dir: abs.join(".roger").join("quarantine"),
             }
         }
     };
@@ -159,6 +162,7 @@ pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
         ledger: t.ledger,
         retention: t.retention,
         margin: t.margin,
+        quarantine_dir: t.quarantine_dir,
     };
     let outcome = publish::publish(&req, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
     if args.json {

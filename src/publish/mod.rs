@@ -41,6 +41,9 @@ pub struct Request {
     pub retention: Option<PublishConfig>,
     /// Free space required beyond the checkpoint's size.
     pub margin: u64,
+    /// Where a copy that fails verification is quarantined (when on the same filesystem as
+    /// the destination; otherwise it stays set aside in the destination directory).
+    pub quarantine_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -205,7 +208,8 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         let written: Vec<FileDigest> = written.into_iter().map(|(d, _)| d).collect();
         if let Some(why) = place::mismatch(&written, &checks) {
             staging.disarm();
-            let evidence = place::set_aside_bad_copy(staging.path(), &dest, &name, clock.now())?;
+            let set_aside = place::set_aside_bad_copy(staging.path(), &dest, &name, clock.now())?;
+            let evidence = quarantine_bad_copy(req, &set_aside, &why, &ledger, clock)?;
             ledger.append(
                 Entry::new(Kind::Note, "publish", &req.run)
                     .step(step)
@@ -412,6 +416,44 @@ pub fn combined(layout: Layout, digests: &[FileDigest]) -> String {
             .map(|d| d.sha256.clone())
             .unwrap_or_default(),
         Layout::Dir => dir_digest(digests),
+    }
+}
+
+/// A copy that failed verification goes into `roger quarantine` (never under the real name,
+/// never deleted) so it is kept as evidence and can only come back through a proof. Across
+/// filesystems a move is impossible: it then stays where it was set aside.
+fn quarantine_bad_copy(
+    req: &Request,
+    set_aside: &Path,
+    why: &str,
+    ledger: &Ledger,
+    clock: &dyn crate::sys::Clock,
+) -> Result<PathBuf> {
+    match crate::quarantine::same_filesystem(set_aside, &req.quarantine_dir) {
+        Ok(true) => {
+            let item = crate::quarantine::quarantine_path(
+                &req.quarantine_dir,
+                set_aside,
+                &format!("publish verification from disk failed: {why}"),
+                "publish",
+                &req.run,
+                ledger,
+                clock.now(),
+            )?;
+            Ok(item.quarantined_path)
+        }
+        Ok(false) => {
+            tracing::warn!(
+                "quarantine dir {} is on another filesystem: the bad copy stays at {}",
+                req.quarantine_dir.display(),
+                set_aside.display()
+            );
+            Ok(set_aside.to_path_buf())
+        }
+        Err(e) => {
+            tracing::warn!("cannot quarantine the bad copy: {e:#}");
+            Ok(set_aside.to_path_buf())
+        }
     }
 }
 

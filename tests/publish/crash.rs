@@ -248,21 +248,33 @@ fn truncation_after_fsync_is_caught_and_nothing_is_published() {
         assert_eq!(sha256_file(&ck.join("ckpt-1.pt")), sha1);
         assert!(!ck.join("ckpt-2.pt").exists());
         assert_eq!(leftovers(&ck), Vec::<String>::new());
-        let rejected = names_in(&ck.join(".roger-rejected"));
-        assert_eq!(rejected.len(), 1);
-        assert!(rejected[0].starts_with(&format!("{name}.")));
-        let evidence = ck.join(".roger-rejected").join(&rejected[0]);
+        // The bad copy went into the quarantine (moved, never under the real name).
+        assert!(names_in(&ck.join(".roger-rejected")).is_empty());
+        let items = names_in(&ck.join(".roger/quarantine"));
+        assert_eq!(items.len(), 1, "{}", crate::util::listing(&ck));
+        let item_dir = ck.join(".roger/quarantine").join(&items[0]);
+        let held: Vec<String> = names_in(&item_dir)
+            .into_iter()
+            .filter(|n| n != "meta.json")
+            .collect();
+        assert_eq!(held.len(), 1);
+        assert!(held[0].starts_with(&format!("{name}.")));
+        let evidence = item_dir.join(&held[0]);
         assert_eq!(std::fs::metadata(&evidence).unwrap().len(), 4096);
         let recs = ledger_records(&ck.join("roger-ledger.jsonl"));
+        let quarantined = &recs[recs.len() - 2];
+        assert_eq!(quarantined["kind"], "quarantine");
+        assert!(quarantined["reason"]
+            .as_str()
+            .unwrap()
+            .contains("publish verification from disk failed"));
         let last = recs.last().unwrap();
         assert_eq!(last["kind"], "note");
         assert_eq!(last["event"], "publish-rejected");
-        let ck_abs = std::fs::canonicalize(&ck).unwrap();
         assert_eq!(
             last["evidence"],
-            ck_abs
-                .join(".roger-rejected")
-                .join(&rejected[0])
+            std::fs::canonicalize(&evidence)
+                .unwrap()
                 .display()
                 .to_string()
         );
