@@ -41,15 +41,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Validate roger.toml and print the resolved phases.
-    Check(cmd::check::CheckArgs),
-    /// Read and verify the append-only ledger.
-    Ledger(cmd::ledger::LedgerArgs),
-    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
-    Completions(cmd::completions::CompletionsArgs),
     /// Grade the run against its declared curves (lr schedule, loss band and slope, spikes,
     /// grad norm, evals, tokens/s, VRAM, staleness); every verdict goes to the ledger.
     Critic(cmd::critic::CriticArgs),
+    /// Supervise a training run (or attach to one): tell wedge, grind, zombie and crash apart,
+    /// kill only after a ledger record, relaunch from the last good checkpoint.
+    Watch(cmd::watch::WatchArgs),
     /// Publish a checkpoint crash-safely: copy, fsync, verify from disk, rename, latest.json,
     /// ledger record, retention. `--verify` re-hashes a published one.
     Publish(cmd::publish::PublishArgs),
@@ -67,9 +64,12 @@ pub enum Command {
     /// GFLOPS without a GPU), and MFU arbitration: with --params and the run's tokens/s, says
     /// whether the GPU or the code is slow. Exit 0 ok, 1 warn, 2 fail, 3 unknown.
     Bench(cmd::bench::BenchArgs),
-    /// Supervise a training run (or attach to one): tell wedge, grind, zombie and crash apart,
-    /// kill only after a ledger record, relaunch from the last good checkpoint.
-    Watch(cmd::watch::WatchArgs),
+    /// Validate roger.toml and print the resolved phases.
+    Check(cmd::check::CheckArgs),
+    /// Read and verify the append-only ledger.
+    Ledger(cmd::ledger::LedgerArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::completions::CompletionsArgs),
 }
 
 /// Options every subcommand sees, turned into plain values.
