@@ -127,22 +127,11 @@ fn disk_levels_and_forecast() {
 fn disk_forecast_on_a_real_small_filesystem() {
     let env = Env::new();
     let mnt = env.path("small");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-        .arg(&mnt)
-        .output();
-    if !mounted.as_ref().is_ok_and(|o| o.status.success()) {
-        eprintln!("skipping the tmpfs disk test: mount not permitted here ({mounted:?})");
+    let Some(_guard) =
+        crate::util::mount_tmpfs(&mnt, "8m", "disk_forecast_on_a_real_small_filesystem")
+    else {
         return;
-    }
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _guard = Unmount(mnt.clone());
+    };
     std::fs::write(mnt.join("filler"), vec![7u8; 6 << 20]).unwrap();
     env.write(
         "roger.toml",

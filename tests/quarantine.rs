@@ -4,7 +4,6 @@
 
 use crate::util::Env;
 use serde_json::Value;
-use std::process::Command;
 
 const Q: [&str; 5] = ["quarantine", "--dir", "q", "--ledger", "l.jsonl"];
 
@@ -261,22 +260,10 @@ fn scan_quarantines_untrusted_outputs() {
 fn refuses_to_move_across_filesystems() {
     let env = Env::new();
     let mnt = env.path("other-fs");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
-        .arg(&mnt)
-        .output();
-    if !mounted.as_ref().is_ok_and(|o| o.status.success()) {
-        eprintln!("skipping the EXDEV test: mount not permitted here ({mounted:?})");
+    let Some(_guard) = crate::util::mount_tmpfs(&mnt, "4m", "refuses_to_move_across_filesystems")
+    else {
         return;
-    }
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _guard = Unmount(mnt.clone());
+    };
     env.write("ckpt.bin", "weights");
     env.run(&[
         "quarantine",

@@ -6,7 +6,7 @@
 use super::{latest, ledger_records, names_in, sha256_file, torch_zip};
 use crate::util::{roger_bin, Env};
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -335,33 +335,15 @@ fn free_space_precheck_refuses_and_touches_nothing() {
     assert_eq!(env.read("ck/roger-ledger.jsonl"), ledger_before);
 }
 
-/// Unmounts the tiny filesystem whatever the test's outcome.
-struct Mounted(PathBuf);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn enospc_on_a_tiny_filesystem_fails_cleanly() {
     let env = Env::new();
     let tiny = env.path("tiny");
-    std::fs::create_dir(&tiny).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-        .arg(&tiny)
-        .stderr(Stdio::piped())
-        .output();
-    match mounted {
-        Ok(o) if o.status.success() => {}
-        other => {
-            eprintln!("SKIPPED enospc_on_a_tiny_filesystem_fails_cleanly: cannot mount an 8 MiB tmpfs (needs root): {other:?}");
-            return;
-        }
-    }
-    let _guard = Mounted(tiny.clone());
+    let Some(_guard) =
+        crate::util::mount_tmpfs(&tiny, "8m", "enospc_on_a_tiny_filesystem_fails_cleanly")
+    else {
+        return;
+    };
     env.write(
         "roger.toml",
         "[run]\nname = \"tiny\"\ncheckpoint_dir = \"tiny\"\n[publish]\nmargin = \"64KiB\"\nkeep_last = 5\n",

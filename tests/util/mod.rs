@@ -143,3 +143,30 @@ pub fn listing(root: &Path) -> String {
     lines.sort();
     lines.join("\n")
 }
+
+/// A small tmpfs mounted at `dir` for the life of the guard (lazily unmounted on drop,
+/// whatever the test's outcome). `None` — with a SKIPPED line on stderr naming `test` — when
+/// mounting is not permitted (not root, or in a container without CAP_SYS_ADMIN).
+pub fn mount_tmpfs(dir: &Path, size: &str, test: &str) -> Option<Tmpfs> {
+    std::fs::create_dir_all(dir).expect("mount point");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir)
+        .stderr(Stdio::piped())
+        .output();
+    match mounted {
+        Ok(o) if o.status.success() => Some(Tmpfs(dir.to_path_buf())),
+        other => {
+            eprintln!("SKIPPED {test}: cannot mount a {size} tmpfs (needs root): {other:?}");
+            None
+        }
+    }
+}
+
+pub struct Tmpfs(PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
