@@ -138,7 +138,7 @@ impl Config {
             format!("{}:{line}:{col}", path.display())
         };
         validate_phases(&raw.phase, &at)?;
-        validate_rest(&raw, path)?;
+        validate_rest(&raw, path).map_err(|e| at_key(e, text, path))?;
 
         let resolve = |p: &Option<PathBuf>| p.as_ref().map(|p| base.join(p));
         let mut run = raw.run.clone();
@@ -444,6 +444,66 @@ fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Give a section-level validation error ("FILE: [disk] expected fail_free <= warn_free") the
+/// line and column of the key it is about: the first key of that section, as written in the
+/// file, that the message names — else the section's header.
+fn at_key(err: anyhow::Error, text: &str, path: &Path) -> anyhow::Error {
+    let msg = err.to_string();
+    let prefix = format!("{}: ", path.display());
+    let Some(rest) = msg.strip_prefix(&prefix) else {
+        return err;
+    };
+    let Some(section) = rest
+        .strip_prefix("[[")
+        .and_then(|r| r.split_once("]]"))
+        .or_else(|| rest.strip_prefix('[').and_then(|r| r.split_once(']')))
+        .map(|(s, _)| s.trim())
+    else {
+        return err;
+    };
+    match locate(text, section, rest) {
+        Some((line, col)) => anyhow::anyhow!("{}:{line}:{col}: {rest}", path.display()),
+        None => err,
+    }
+}
+
+/// Where in `text` the section's key named earliest in `msg` is written (1-based), or the
+/// section header when the message names no key written there.
+fn locate(text: &str, section: &str, msg: &str) -> Option<(usize, usize)> {
+    let mut current = "";
+    let mut header = None;
+    let mut best: Option<(usize, (usize, usize))> = None;
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim_start();
+        if t.starts_with('[') {
+            current = t.trim_matches(|c| c == '[' || c == ']' || c == ' ');
+            if current == section && header.is_none() {
+                header = Some((i + 1, line.len() - t.len() + 1));
+            }
+            continue;
+        }
+        if current != section {
+            continue;
+        }
+        let Some((key, _)) = t.split_once('=') else {
+            continue;
+        };
+        let key = key.trim();
+        let named_at = msg.match_indices(key).map(|(at, _)| at).find(|&at| {
+            let before = msg[..at].chars().next_back();
+            let after = msg[at + key.len()..].chars().next();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+        });
+        if let Some(at) = named_at {
+            if best.is_none_or(|(b, _)| at < b) {
+                best = Some((at, (i + 1, line.len() - t.len() + 1)));
+            }
+        }
+    }
+    best.map(|(_, pos)| pos).or(header)
+}
+
 pub fn kind_name(k: ScheduleKind) -> &'static str {
     match k {
         ScheduleKind::Constant => "constant",
@@ -548,6 +608,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("[critic] expected min_samples >= 3"), "{err}");
+    }
+
+    #[test]
+    fn section_errors_name_the_line_of_the_key() {
+        let text = format!("{MIN}[disk]\n# levels\nwarn_free = \"1GiB\"\n  fail_free = \"2GiB\"\n");
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(
+            err.starts_with("/runs/x/roger.toml:6:3: [disk] expected fail_free <= warn_free"),
+            "{err}"
+        );
+        let text = format!("{MIN}[schedule]\nkind = \"cosine\"\npeak_lr = 1e-3\n");
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "/runs/x/roger.toml:4:1: [schedule] kind = \"cosine\" needs total_steps"
+            ),
+            "{err}"
+        );
+        let err = parse(&format!("{MIN}[publish]\nkeep_last = 0\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("/runs/x/roger.toml:4:1:"), "{err}");
     }
 
     #[test]
