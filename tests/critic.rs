@@ -305,7 +305,7 @@ fn no_data_is_unknown_and_bad_settings_are_named() {
     );
     env.run(&["critic"])
         .expect(3)
-        .stderr_has("roger.toml: [critic] expected eval_window >= 2");
+        .stderr_has("roger.toml:5:1: [critic] expected eval_window >= 2");
     env.write("roger.toml", "[run]\nname = \"u\"\n");
     env.run(&["critic"])
         .expect(3)
