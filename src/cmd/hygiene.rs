@@ -11,7 +11,6 @@ use crate::outln;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(Debug, Args)]
 pub struct HygieneArgs {
@@ -233,7 +232,7 @@ fn print_disk(r: &disk::DiskReport) {
         Some(g) => outln!(
             "growth: {} per checkpoint every {} (last {} publishes) = {}/h, pruned {}/h, net {}/h",
             format_bytes(g.bytes_per_checkpoint as u64),
-            format_duration(Duration::from_secs_f64(g.cadence_s)),
+            format_duration(crate::config::units::duration_from_secs(g.cadence_s)),
             g.checkpoints,
             format_bytes(g.gross_bytes_per_hour as u64),
             format_bytes(g.pruned_bytes_per_hour as u64),
