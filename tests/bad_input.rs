@@ -63,3 +63,57 @@ fn a_log_timestamp_no_calendar_holds_is_skipped_not_a_panic() {
     let run = run.stderr_has("train.jsonl:1: `time` is -1e300, expected a number");
     run.stderr_has("train.jsonl:2:");
 }
+
+#[test]
+fn a_file_that_is_not_a_ledger_is_never_appended_to_and_fails_verify() {
+    let env = Env::new();
+    let ckpt: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+    env.write("ckpt-10.pt", &ckpt);
+    clear_error(
+        env.run(&["ledger", "--ledger", "ckpt-10.pt", "note", "x"]),
+        1,
+        &["ckpt-10.pt is not a roger ledger", "expected a record"],
+    );
+    assert_eq!(std::fs::read(env.path("ckpt-10.pt")).unwrap(), ckpt);
+    env.write(
+        "train.jsonl",
+        "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":2}\n",
+    );
+    // A judging command that cannot record its verdict cannot judge.
+    env.write("roger.toml", format!("{CONFIG}ledger = \"train.jsonl\"\n"));
+    clear_error(
+        env.run(&["critic", "--once"]),
+        3,
+        &["train.jsonl is not a roger ledger"],
+    );
+    assert_eq!(
+        env.read("train.jsonl"),
+        "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":2}\n"
+    );
+    let run = env
+        .run(&["ledger", "--ledger", "train.jsonl", "verify"])
+        .expect(1);
+    let run = run.stderr_has("roger: error: train.jsonl: first bad record");
+    run.stderr_has("at line 1 (offset 0): not a roger ledger record");
+}
+
+#[test]
+fn ledger_at_the_largest_seq_is_refused_not_a_panic() {
+    let env = Env::new();
+    env.run(&["ledger", "--ledger", "l.jsonl", "note", "a", "--run", "r"])
+        .expect(0);
+    let text = env
+        .read("l.jsonl")
+        .replace("\"seq\":1,", "\"seq\":18446744073709551615,");
+    env.write("l.jsonl", &text);
+    // The edit breaks the hash: verify says so, without overflowing.
+    env.run(&["ledger", "--ledger", "l.jsonl", "verify"])
+        .expect(1)
+        .stderr_has("hash mismatch");
+    clear_error(
+        env.run(&["ledger", "--ledger", "l.jsonl", "note", "b"]),
+        1,
+        &["l.jsonl", "seq is 18446744073709551615"],
+    );
+    assert_eq!(env.read("l.jsonl"), text);
+}
