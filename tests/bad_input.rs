@@ -117,3 +117,37 @@ fn ledger_at_the_largest_seq_is_refused_not_a_panic() {
     );
     assert_eq!(env.read("l.jsonl"), text);
 }
+
+#[test]
+fn quarantine_never_moves_the_ledger_or_the_config() {
+    let env = Env::new();
+    env.write("roger.toml", CONFIG);
+    env.run(&["ledger", "note", "before"]).expect(0);
+    let ledger = env.read("roger-ledger.jsonl");
+    clear_error(
+        env.run(&["quarantine", "add", "roger-ledger.jsonl", "--reason", "x"]),
+        1,
+        &["roger-ledger.jsonl is (or holds) roger's ledger"],
+    );
+    clear_error(
+        env.run(&["quarantine", "add", "roger.toml", "--reason", "x"]),
+        1,
+        &["roger.toml is (or holds) roger's config"],
+    );
+    // A directory holding the ledger is refused as well.
+    env.write(
+        "roger.toml",
+        format!("{CONFIG}ledger = \"ck/ledger.jsonl\"\n"),
+    );
+    env.run(&["ledger", "note", "in ck"]).expect(0);
+    clear_error(
+        env.run(&["quarantine", "add", "ck", "--reason", "x"]),
+        1,
+        &["holds) roger's ledger", "ck/ledger.jsonl"],
+    );
+    assert_eq!(env.read("roger-ledger.jsonl"), ledger);
+    assert!(env.read("ck/ledger.jsonl").contains("in ck"));
+    env.run(&["quarantine", "list"])
+        .expect(0)
+        .stdout_has("is empty");
+}
