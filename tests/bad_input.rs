@@ -151,3 +151,23 @@ fn quarantine_never_moves_the_ledger_or_the_config() {
         .expect(0)
         .stdout_has("is empty");
 }
+
+#[test]
+fn hygiene_clean_in_place_never_destroys_a_binary_file() {
+    let env = Env::new();
+    let mut bytes = b"PK\x03\x04".to_vec();
+    bytes.extend((0..4000u32).map(|i| (i * 13 % 256) as u8));
+    env.write("ckpt-10.pt", &bytes);
+    clear_error(
+        env.run(&["hygiene", "clean", "ckpt-10.pt", "--in-place"]),
+        1,
+        &["ckpt-10.pt: looks binary", "expected a text log"],
+    );
+    assert_eq!(std::fs::read(env.path("ckpt-10.pt")).unwrap(), bytes);
+    std::fs::create_dir(env.path("logs")).unwrap();
+    clear_error(
+        env.run(&["hygiene", "clean", "logs"]),
+        1,
+        &["logs: is a directory, expected a log file"],
+    );
+}

@@ -303,6 +303,9 @@ fn run_clean(a: CleanArgs) -> Result<u8> {
             r.stats
         }
         (Some(f), false) => {
+            if f.is_dir() {
+                anyhow::bail!("{}: is a directory, expected a log file", f.display());
+            }
             let input =
                 std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?;
             clean_to_stdout(input)?
