@@ -171,3 +171,42 @@ fn hygiene_clean_in_place_never_destroys_a_binary_file() {
         &["logs: is a directory, expected a log file"],
     );
 }
+
+#[test]
+fn config_numbers_that_cannot_mean_anything_are_refused_at_load() {
+    let env = Env::new();
+    for (section, needle) in [
+        (
+            "[hygiene]\nregress_loss = nan",
+            "[hygiene] expected regress_loss >= 0",
+        ),
+        (
+            "[hygiene]\nregress_tokens_per_s = -1",
+            "regress_tokens_per_s >= 0",
+        ),
+        ("[disk]\nwarn_hours = nan", "[disk] expected finite hours"),
+        ("[bench]\nparams = nan", "[bench] expected params > 0"),
+        ("[bench]\nsizes = []", "[bench] expected sizes"),
+        ("[bench]\niters = 0", "expected iters >= 1"),
+        ("[bench]\nslow_code_share = nan", "0 < slow_code_share <= 1"),
+        ("[bench]\ndtype = \"fp8\"", "[bench] unknown dtype \"fp8\""),
+        (
+            "[gpu]\nsource = \"bogus\"",
+            "[gpu] unknown source \"bogus\"",
+        ),
+    ] {
+        env.write("roger.toml", format!("{CONFIG}{section}\n"));
+        clear_error(env.run(&["check"]), 3, &["roger.toml: ", needle]);
+    }
+    // On the command line, clap says so with the usage code.
+    for flag in [
+        &["--sizes", "0"][..],
+        &["--iters", "0"],
+        &["--params", "nan"],
+        &["--tokens-per-s", "inf"],
+    ] {
+        let mut args = vec!["bench", "--device", "cpu"];
+        args.extend_from_slice(flag);
+        env.run(&args).expect(2).stderr_has("expected");
+    }
+}
