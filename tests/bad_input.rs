@@ -210,3 +210,25 @@ fn config_numbers_that_cannot_mean_anything_are_refused_at_load() {
         env.run(&args).expect(2).stderr_has("expected");
     }
 }
+
+#[test]
+fn a_ledger_that_is_a_directory_is_named_once() {
+    let env = Env::new();
+    std::fs::create_dir(env.path("l.jsonl")).unwrap();
+    let run = clear_error(
+        env.run(&["hygiene", "flap", "--ledger", "l.jsonl"]),
+        3,
+        &["reading ledger l.jsonl: Is a directory"],
+    );
+    assert_eq!(
+        run.stderr().matches("reading ledger").count(),
+        1,
+        "{}",
+        run.report()
+    );
+    clear_error(
+        env.run(&["ledger", "--ledger", "l.jsonl", "note", "x"]),
+        1,
+        &["opening ledger l.jsonl: Is a directory"],
+    );
+}

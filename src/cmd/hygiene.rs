@@ -343,9 +343,8 @@ fn run_flap(global: &Global, a: FlapArgs) -> Result<u8> {
     let path = super::ledger_path(global, a.ledger.as_deref())?;
     let hcfg = cfg.as_ref().map(|c| c.hygiene.clone()).unwrap_or_default();
     let run = a.run.or_else(|| cfg.as_ref().map(|c| c.run.name.clone()));
-    let records = Ledger::new(&path)
-        .records()
-        .with_context(|| format!("reading ledger {}", path.display()))?;
+    // `records` names the ledger in its own error.
+    let records = Ledger::new(&path).records()?;
     let verdicts: Vec<&Record> = records
         .iter()
         .filter(|r| r.kind == Kind::Verdict && run.as_ref().is_none_or(|run| &r.run == run))
