@@ -296,6 +296,11 @@ mod tests {
             &["roger", "probe", "--record", "r.json", "--every", "soon"],
             &["roger", "bench", "--device", "tpu"],
             &["roger", "bench", "--dtypes", "fp8"],
+            &["roger", "bench", "--sizes", "64,0"],
+            &["roger", "bench", "--iters", "0"],
+            &["roger", "bench", "--params", "nan"],
+            &["roger", "bench", "--tokens-per-s", "inf"],
+            &["roger", "bench", "--gpus", "0"],
             &["roger", "watch", "--pid", "x"],
             &["roger", "watch", "--pid", "1", "--", "python"],
         ];

@@ -272,10 +272,17 @@ impl Ledger {
             .with_context(|| format!("opening ledger {}", self.path.display()))?;
         let mut locked = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
             .map_err(|(_, e)| anyhow!("locking ledger {}: {e}", self.path.display()))?;
+        refuse_foreign_file(&mut locked, &self.path)?;
         let (last, ends_clean) = last_good_record(&mut locked)
             .with_context(|| format!("reading the tail of ledger {}", self.path.display()))?;
         let (seq, prev) = match last {
-            Some((seq, hash)) => (seq + 1, hash),
+            Some((seq, hash)) => match seq.checked_add(1) {
+                Some(next) => (next, hash),
+                None => bail!(
+                    "ledger {}: the last record's seq is {seq}, the largest there is: nothing can follow it (start a new ledger)",
+                    self.path.display()
+                ),
+            },
             None => (1, GENESIS.to_string()),
         };
         let mut rec = Record {
@@ -355,13 +362,18 @@ pub fn scan_bytes(bytes: &[u8]) -> Scan {
                 // Unterminated last line: a crash mid-append. A bad line that was later
                 // followed by a good one is the same torn write with the next append after it;
                 // the chain check on the next record still catches a removed/garbled record.
-                let torn = !terminated || !is_last;
+                let torn = could_be_torn(line) && (!terminated || !is_last);
                 scan.problems.push(Problem {
                     line: line_no,
                     offset: at,
                     seq: None,
                     what: if torn {
                         format!("torn line skipped ({why})")
+                    } else if !could_be_torn(line) {
+                        format!(
+                            "not a roger ledger record ({why}): expected a line starting {RECORD_START}, found {}",
+                            preview(line)
+                        )
                     } else {
                         format!("unparseable final line ({why})")
                     },
@@ -415,10 +427,51 @@ pub fn scan_bytes(bytes: &[u8]) -> Scan {
             });
         }
         expect_prev = rec.hash.clone();
-        expect_seq = rec.seq + 1;
+        expect_seq = rec.seq.saturating_add(1);
         scan.records.push(rec);
     }
     scan
+}
+
+/// Every line roger writes starts with this.
+const RECORD_START: &str = "{\"seq\":";
+
+/// What a crash mid-append can leave: a prefix of a record line, possibly after blocks the
+/// filesystem zero-filled. Any other bad line was never written by roger.
+fn could_be_torn(line: &[u8]) -> bool {
+    let start = line.iter().position(|&b| b != 0).unwrap_or(line.len());
+    let rest = &line[start..];
+    let n = rest.len().min(RECORD_START.len());
+    rest[..n] == RECORD_START.as_bytes()[..n]
+}
+
+fn preview(line: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&line[..line.len().min(40)]);
+    format!("{text:?}")
+}
+
+/// Appending to a file that is not a ledger (a training log, a checkpoint: `--ledger` pointed
+/// at the wrong file) would corrupt it. Its first line tells: roger's start `{"seq":`.
+fn refuse_foreign_file(file: &mut File, path: &Path) -> Result<()> {
+    let mut head = Vec::with_capacity(4096);
+    file.seek(SeekFrom::Start(0))?;
+    Read::by_ref(file).take(4096).read_to_end(&mut head)?;
+    let Some(start) = head.iter().position(|b| !b.is_ascii_whitespace()) else {
+        return Ok(());
+    };
+    let first = &head[start..];
+    let first = &first[..first
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(first.len())];
+    if could_be_torn(first) {
+        return Ok(());
+    }
+    bail!(
+        "{} is not a roger ledger: its first line starts {}, expected a record starting {RECORD_START}; refusing to append to it (does --ledger or [run] ledger name the wrong file?)",
+        path.display(),
+        preview(first)
+    )
 }
 
 fn short(h: &str) -> &str {
@@ -602,6 +655,57 @@ mod tests {
         let bad = bad.first_break().unwrap();
         assert_eq!(bad.seq, Some(3));
         assert!(bad.what.contains("chain broken"));
+    }
+
+    #[test]
+    fn garbage_is_a_break_not_a_torn_line() {
+        let scan = scan_bytes(b"hello world\nnot json either\n");
+        assert_eq!(scan.problems.len(), 2);
+        let bad = scan.first_break().unwrap();
+        assert_eq!(bad.line, 1);
+        assert!(
+            bad.what.contains("not a roger ledger record"),
+            "{}",
+            bad.what
+        );
+        // What a crash leaves is still torn: a record prefix, or zero-filled blocks.
+        assert!(could_be_torn(b"{\"se"));
+        assert!(could_be_torn(b"\0\0\0{\"seq\":4,\"ts"));
+        assert!(!could_be_torn(b"{\"step\":1,\"loss\":2}"));
+    }
+
+    #[test]
+    fn refuses_to_append_to_a_file_that_is_not_a_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("train.jsonl");
+        std::fs::write(&p, "{\"step\":1,\"loss\":2.5}\n").unwrap();
+        let err = Ledger::new(&p)
+            .append(Entry::new(Kind::Note, "t", "r"), t(0))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not a roger ledger"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "{\"step\":1,\"loss\":2.5}\n"
+        );
+    }
+
+    #[test]
+    fn the_largest_seq_is_an_error_not_an_overflow() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("l.jsonl");
+        let l = Ledger::new(&p);
+        let mut rec = l.append(Entry::new(Kind::Note, "t", "r"), t(0)).unwrap();
+        rec.seq = u64::MAX;
+        rec.hash = rec.compute_hash();
+        std::fs::write(&p, rec.to_line()).unwrap();
+        let scan = l.scan().unwrap();
+        assert_eq!(scan.records.len(), 1);
+        let err = l
+            .append(Entry::new(Kind::Note, "t", "r"), t(1))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the largest there is"), "{err}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 mod util;
 
+mod bad_input;
 mod bench;
 mod cli;
 mod critic;

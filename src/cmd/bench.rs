@@ -26,10 +26,10 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     pub device: Device,
     /// Square sizes (default: [bench] sizes on a GPU; 128,256,512 on a CPU).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = positive_usize)]
     pub sizes: Vec<usize>,
     /// Timed runs per size (default: [bench] iters on a GPU; 3 on a CPU).
-    #[arg(long)]
+    #[arg(long, value_parser = positive_usize)]
     pub iters: Option<usize>,
     /// Dtypes on a GPU.
     #[arg(long, value_delimiter = ',', default_value = "fp32,tf32,fp16,bf16", value_parser = parse_dtype)]
@@ -38,13 +38,13 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
     /// Model parameter count for MFU (default: [bench] params).
-    #[arg(long)]
+    #[arg(long, value_parser = positive_f64)]
     pub params: Option<f64>,
     /// The run's throughput (default: the median of the last 20 values in the run's log).
-    #[arg(long)]
+    #[arg(long, value_parser = positive_f64)]
     pub tokens_per_s: Option<f64>,
     /// GPUs the run uses (default: [bench] gpus).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub gpus: Option<u32>,
     /// Limit for the GPU worker.
     #[arg(long, default_value = "10m", value_parser = crate::config::units::parse_duration)]
@@ -57,6 +57,22 @@ pub struct BenchArgs {
     /// Internal: run the CUDA measurement in this process and print JSON.
     #[arg(long, hide = true)]
     pub worker: bool,
+}
+
+fn positive_usize(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("expected a whole number >= 1, got {s:?}")),
+    }
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!(
+            "expected a finite number > 0 (e.g. 124e6), got {s:?}"
+        )),
+    }
 }
 
 fn parse_dtype(s: &str) -> Result<Dtype, String> {

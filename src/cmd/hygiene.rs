@@ -11,7 +11,6 @@ use crate::outln;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(Debug, Args)]
 pub struct HygieneArgs {
@@ -233,7 +232,7 @@ fn print_disk(r: &disk::DiskReport) {
         Some(g) => outln!(
             "growth: {} per checkpoint every {} (last {} publishes) = {}/h, pruned {}/h, net {}/h",
             format_bytes(g.bytes_per_checkpoint as u64),
-            format_duration(Duration::from_secs_f64(g.cadence_s)),
+            format_duration(crate::config::units::duration_from_secs(g.cadence_s)),
             g.checkpoints,
             format_bytes(g.gross_bytes_per_hour as u64),
             format_bytes(g.pruned_bytes_per_hour as u64),
@@ -304,6 +303,9 @@ fn run_clean(a: CleanArgs) -> Result<u8> {
             r.stats
         }
         (Some(f), false) => {
+            if f.is_dir() {
+                anyhow::bail!("{}: is a directory, expected a log file", f.display());
+            }
             let input =
                 std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?;
             clean_to_stdout(input)?
@@ -341,9 +343,8 @@ fn run_flap(global: &Global, a: FlapArgs) -> Result<u8> {
     let path = super::ledger_path(global, a.ledger.as_deref())?;
     let hcfg = cfg.as_ref().map(|c| c.hygiene.clone()).unwrap_or_default();
     let run = a.run.or_else(|| cfg.as_ref().map(|c| c.run.name.clone()));
-    let records = Ledger::new(&path)
-        .records()
-        .with_context(|| format!("reading ledger {}", path.display()))?;
+    // `records` names the ledger in its own error.
+    let records = Ledger::new(&path).records()?;
     let verdicts: Vec<&Record> = records
         .iter()
         .filter(|r| r.kind == Kind::Verdict && run.as_ref().is_none_or(|run| &r.run == run))

@@ -148,11 +148,29 @@ fn context(global: &Global, a: &QuarantineArgs) -> Result<Ctx> {
     })
 }
 
+/// The config says what the run is; moving it away would leave every later command blind.
+fn refuse_config(path: &std::path::Path, config: &std::path::Path) -> Result<()> {
+    let (Ok(p), Ok(c)) = (std::fs::canonicalize(path), std::fs::canonicalize(config)) else {
+        return Ok(());
+    };
+    if c.starts_with(&p) {
+        bail!(
+            "{} is (or holds) roger's config {}: it is never quarantined; quarantine the suspect item itself",
+            p.display(),
+            c.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn run(global: &Global, a: QuarantineArgs) -> Result<u8> {
     let ctx = context(global, &a)?;
     let now = Utc::now();
     match a.action {
         QuarantineAction::Add { path, reason } => {
+            if let Some(cfg) = &ctx.cfg {
+                refuse_config(&path, &cfg.path)?;
+            }
             let item = quarantine::quarantine_path(
                 &ctx.qdir,
                 &path,

@@ -430,13 +430,66 @@ fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
     if d.fail_hours > d.warn_hours {
         bail!("{file}: [disk] expected fail_hours <= warn_hours");
     }
+    if !(d.fail_hours.is_finite() && d.warn_hours.is_finite() && d.fail_hours >= 0.0) {
+        bail!(
+            "{file}: [disk] expected finite hours with 0 <= fail_hours, got fail_hours = {}, warn_hours = {}",
+            d.fail_hours,
+            d.warn_hours
+        );
+    }
     let h = &raw.hygiene;
     if !(h.flap_low < h.flap_high && h.flap_low >= 0.0 && h.flap_high <= 1.0) {
         bail!("{file}: [hygiene] expected 0 <= flap_low < flap_high <= 1");
     }
+    if h.flap_window < 1 {
+        bail!("{file}: [hygiene] expected flap_window >= 1 verdicts");
+    }
+    for (key, v) in [
+        ("regress_loss", h.regress_loss),
+        ("regress_tokens_per_s", h.regress_tokens_per_s),
+        ("regress_grad_norm", h.regress_grad_norm),
+    ] {
+        if !(v.is_finite() && v >= 0.0) {
+            bail!("{file}: [hygiene] expected {key} >= 0 (a relative margin), got {v}");
+        }
+    }
     let b = &raw.bench;
     if !(b.fail_ratio < b.warn_ratio && b.fail_ratio > 0.0 && b.warn_ratio <= 1.0) {
         bail!("{file}: [bench] expected 0 < fail_ratio < warn_ratio <= 1");
+    }
+    if !(b.slow_code_share > 0.0 && b.slow_code_share <= 1.0) {
+        bail!(
+            "{file}: [bench] expected 0 < slow_code_share <= 1, got {}",
+            b.slow_code_share
+        );
+    }
+    if let Some(p) = b.params.filter(|p| !(p.is_finite() && *p > 0.0)) {
+        bail!("{file}: [bench] expected params > 0 (the model's parameter count), got {p}");
+    }
+    if b.sizes.is_empty() || b.sizes.contains(&0) {
+        bail!(
+            "{file}: [bench] expected sizes to list GEMM sizes >= 1, got {:?}",
+            b.sizes
+        );
+    }
+    if b.iters < 1 || b.gpus < 1 {
+        bail!(
+            "{file}: [bench] expected iters >= 1 and gpus >= 1, got iters = {}, gpus = {}",
+            b.iters,
+            b.gpus
+        );
+    }
+    if crate::gpu::spec::Dtype::parse(&b.dtype).is_none() {
+        bail!(
+            "{file}: [bench] unknown dtype {:?}: expected fp32, tf32, fp16 or bf16",
+            b.dtype
+        );
+    }
+    if !["auto", "nvml", "smi", "none", "replay"].contains(&raw.gpu.source.as_str()) {
+        bail!(
+            "{file}: [gpu] unknown source {:?}: expected auto, nvml, smi, none or replay",
+            raw.gpu.source
+        );
     }
     if raw.publish.keep_last == 0 {
         bail!("{file}: [publish] expected keep_last >= 1 (the latest is always kept)");

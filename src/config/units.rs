@@ -42,7 +42,19 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if !value.is_finite() || value < 0.0 {
         return Err(format!("expected a non-negative duration, got {text:?}"));
     }
-    Ok(Duration::from_secs_f64(value * scale))
+    Duration::try_from_secs_f64(value * scale)
+        .map_err(|_| format!("duration {text:?} is too long: expected at most {MAX_DURATION_TEXT}"))
+}
+
+const MAX_DURATION_TEXT: &str = "about 584 billion years";
+
+/// Seconds as a `Duration` for display and deadlines: negative and NaN are zero, anything
+/// beyond what a `Duration` holds saturates (a log's timestamp can be any number).
+pub fn duration_from_secs(s: f64) -> Duration {
+    if s.is_nan() || s <= 0.0 {
+        return Duration::ZERO;
+    }
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
 }
 
 pub fn format_duration(d: Duration) -> String {
@@ -80,7 +92,13 @@ impl<'de> Deserialize<'de> for Dur {
         }
         match Raw::deserialize(d)? {
             Raw::Int(n) => Ok(Dur(Duration::from_secs(n))),
-            Raw::Float(f) if f.is_finite() && f >= 0.0 => Ok(Dur(Duration::from_secs_f64(f))),
+            Raw::Float(f) if f.is_finite() && f >= 0.0 => {
+                Duration::try_from_secs_f64(f).map(Dur).map_err(|_| {
+                    de::Error::custom(format!(
+                        "duration {f} s is too long: expected at most {MAX_DURATION_TEXT}"
+                    ))
+                })
+            }
             Raw::Float(f) => Err(de::Error::custom(format!(
                 "expected a non-negative duration, got {f}"
             ))),
@@ -127,7 +145,14 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     if !value.is_finite() || value < 0.0 {
         return Err(format!("expected a non-negative size, got {text:?}"));
     }
-    Ok((value * scale).round() as u64)
+    let bytes = (value * scale).round();
+    // `as u64` would saturate silently: a typo'd size must not become "16 EiB".
+    if bytes >= u64::MAX as f64 {
+        return Err(format!(
+            "size {text:?} is too large: expected at most 16 EiB"
+        ));
+    }
+    Ok(bytes as u64)
 }
 
 pub fn format_bytes(n: u64) -> String {
@@ -225,5 +250,21 @@ mod tests {
         assert_eq!(parse_bytes("512").unwrap(), 512);
         assert!(parse_bytes("3 apples").is_err());
         assert_eq!(format_bytes(3 << 30), "3.0 GiB");
+    }
+
+    #[test]
+    fn absurd_values_are_errors_not_panics() {
+        let e = parse_duration("99999999999999999999999d").unwrap_err();
+        assert!(e.contains("too long"), "{e}");
+        let e = toml::from_str::<std::collections::BTreeMap<String, Dur>>("x = 1e300")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("too long"), "{e}");
+        let e = parse_bytes("99999999999999999999999TiB").unwrap_err();
+        assert!(e.contains("too large"), "{e}");
+        assert_eq!(duration_from_secs(1e300), Duration::MAX);
+        assert_eq!(duration_from_secs(f64::INFINITY), Duration::MAX);
+        assert_eq!(duration_from_secs(f64::NAN), Duration::ZERO);
+        assert_eq!(duration_from_secs(-5.0), Duration::ZERO);
     }
 }

@@ -94,7 +94,8 @@ pub fn stale(obs: &Observation) -> Option<CheckResult> {
 }
 
 fn secs(s: f64) -> String {
-    crate::config::units::format_duration(std::time::Duration::from_secs_f64(s.max(0.0)))
+    use crate::config::units::{duration_from_secs, format_duration};
+    format_duration(duration_from_secs(s))
 }
 
 /// With stale data nothing may pass: passing checks become unknown.

@@ -73,6 +73,23 @@ fn fsync_dir(dir: &Path) -> Result<()> {
         .with_context(|| format!("fsync of directory {}", dir.display()))
 }
 
+/// Text logs hold no NUL bytes; a checkpoint or an archive does, and "cleaning" it in place
+/// would destroy it.
+fn refuse_binary(path: &Path) -> Result<()> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(64 * 1024);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(64 * 1024).read_to_end(&mut head))
+        .with_context(|| format!("reading {}", path.display()))?;
+    if let Some(at) = head.iter().position(|&b| b == 0) {
+        bail!(
+            "{}: looks binary (a NUL byte at offset {at}), expected a text log: left untouched",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 /// Clean `path` in place. Refuses a file that changes while it is being cleaned (a live log:
 /// renaming over it would lose what the writer appends to the old inode).
 pub fn clean_in_place(path: &Path, keep_original: bool) -> Result<InPlace> {
@@ -80,6 +97,7 @@ pub fn clean_in_place(path: &Path, keep_original: bool) -> Result<InPlace> {
     if !meta0.is_file() {
         bail!("{}: not a regular file", path.display());
     }
+    refuse_binary(path)?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -198,6 +216,20 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn refuses_a_binary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ckpt.pt");
+        let bytes = b"PK\x03\x04\x00\x00\x1b[31mdata\r\n".to_vec();
+        std::fs::write(&p, &bytes).unwrap();
+        let err = clean_in_place(&p, false).unwrap_err().to_string();
+        assert!(
+            err.contains("looks binary (a NUL byte at offset 4)"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&p).unwrap(), bytes);
     }
 
     #[test]

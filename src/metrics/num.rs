@@ -106,7 +106,10 @@ pub fn decimal_prefix(b: &[u8]) -> Option<(f64, usize)> {
 /// A time field: unix seconds, or an RFC 3339 string.
 pub fn parse_time(b: &[u8]) -> Option<f64> {
     if let Some(v) = parse_num(b) {
-        return v.is_finite().then_some(v);
+        // Only instants a calendar can name: a garbage 1e300 would make every age absurd.
+        let representable =
+            v.is_finite() && chrono::DateTime::from_timestamp(v as i64, 0).is_some();
+        return representable.then_some(v);
     }
     let s = std::str::from_utf8(b.trim_ascii()).ok()?.trim_matches('"');
     let t = chrono::DateTime::parse_from_rfc3339(s).ok()?;
@@ -197,6 +200,9 @@ mod tests {
             Some(1_700_000_000.0)
         );
         assert_eq!(parse_time(b"yesterday"), None);
+        assert_eq!(parse_time(b"-1e300"), None);
+        assert_eq!(parse_time(b"1e18"), None);
+        assert_eq!(parse_time(b"NaN"), None);
     }
 
     #[test]

@@ -143,6 +143,16 @@ pub fn quarantine_path(
             qdir.display()
         );
     }
+    // The ledger is append-only and stays where it is: moving it would restart the chain.
+    if let Ok(ledger_path) = std::fs::canonicalize(ledger.path()) {
+        if ledger_path.starts_with(&original) {
+            bail!(
+                "{} is (or holds) roger's ledger {}: the ledger is never moved; quarantine the suspect item itself",
+                original.display(),
+                ledger_path.display()
+            );
+        }
+    }
     let parent = original.parent().unwrap_or(Path::new("/")).to_path_buf();
     if dev_of(&parent)? != dev_of(&qdir)? {
         bail!(exdev_message(&original, &qdir));

@@ -357,5 +357,5 @@ pub(crate) fn ms(s: f64) -> f64 {
 }
 
 pub(crate) fn dur(s: f64) -> Duration {
-    Duration::from_secs_f64(s.max(0.0))
+    crate::config::units::duration_from_secs(s)
 }
