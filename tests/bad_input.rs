@@ -196,7 +196,10 @@ fn config_numbers_that_cannot_mean_anything_are_refused_at_load() {
         ),
     ] {
         env.write("roger.toml", format!("{CONFIG}{section}\n"));
-        clear_error(env.run(&["check"]), 3, &["roger.toml: ", needle]);
+        // The error points at the key's line in the section that was just appended.
+        let key_line = CONFIG.lines().count() + 2;
+        let at = format!("roger.toml:{key_line}:1: ");
+        clear_error(env.run(&["check"]), 3, &[at.as_str(), needle]);
     }
     // On the command line, clap says so with the usage code.
     for flag in [
