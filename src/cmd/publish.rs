@@ -20,8 +20,9 @@ A source already inside the destination directory is published in place (no copy
 A copy that fails verification is kept as evidence in DIR/.roger-rejected/, never under the
 real name; the previous checkpoint and latest.json stay as they were.
 
-Without a config, --to is required, the ledger is DIR/roger-ledger.jsonl, the run name is the
-directory's name, and nothing is pruned unless --keep-last/--keep-every is given.
+Without a config, --to is required (with --verify PATH, DIR defaults to PATH's directory),
+the ledger is DIR/roger-ledger.jsonl, the run name is the directory's name, and nothing is
+pruned unless --keep-last/--keep-every is given.
 
 Test-only environment knobs (for crash-safety tests, never set in production):
   ROGER_FAILPOINT=NAME        abort at a step boundary: after_lock, after_staging_write,
@@ -96,7 +97,13 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
             quarantine_dir: c.quarantine_dir(),
         },
         None => {
-            let dest = args.to.clone().ok_or_else(|| {
+            // `--verify PATH` names the directory itself: PATH's own, whose ledger holds
+            // the record (where a publish without a config put it).
+            let verified_dir = match (&args.to, args.verify, &args.src) {
+                (None, true, Some(p)) => std::path::absolute(p)?.parent().map(Path::to_path_buf),
+                _ => None,
+            };
+            let dest = args.to.clone().or(verified_dir).ok_or_else(|| {
                 anyhow!(
                     "--to DIR is required without a config (no --config given and no ./roger.toml)"
                 )

@@ -96,6 +96,10 @@ fn file_publish_writes_manifest_record_and_verifies() {
     env.run(&["publish", "--verify", "--to", "ck"])
         .expect(0)
         .stdout_has("matches publish record #1");
+    // Without a config or --to, `--verify PATH` finds the record in PATH's directory.
+    env.run(&["publish", "--verify", "ck/ckpt-100.pt"])
+        .expect(0)
+        .stdout_has("matches publish record #1");
     // Bytes changed after publish: --verify says so.
     let mut bytes = std::fs::read(&target).unwrap();
     bytes[500] ^= 0xff;
