@@ -34,6 +34,9 @@ fn log_interval(obs: &Observation) -> u64 {
     super::stats::median(gaps).map_or(1, |g| (g as u64).max(1))
 }
 
+/// Sample times this far ahead of `now` are accepted as ordinary clock skew between hosts.
+pub const CLOCK_SKEW_S: f64 = 300.0;
+
 pub fn stale(obs: &Observation) -> Option<CheckResult> {
     let limit = obs.phase.as_ref()?.stale_s?;
     let step = obs.step?;
@@ -57,6 +60,21 @@ pub fn stale(obs: &Observation) -> Option<CheckResult> {
             "samples carry no time and the log's mtime is unknown",
         ));
     };
+    if advanced_at > obs.now + CLOCK_SKEW_S {
+        // A future timestamp would make the run look fresh forever: stale data must not pass.
+        return Some(
+            CheckResult::new(
+                "stale",
+                Status::Unknown,
+                format!(
+                    "the log says step {step} advanced {} in the future: clock skew or a wrong time unit in the log, so staleness cannot be judged",
+                    secs(advanced_at - obs.now)
+                ),
+            )
+            .observed(json!({"step": step, "advanced_at": advanced_at, "now": obs.now}))
+            .expected(json!({"at_most_now_plus_s": CLOCK_SKEW_S})),
+        );
+    }
     let age = (obs.now - advanced_at).max(0.0);
     let since_sample = obs.last_sample_at.map(|t| (obs.now - t).max(0.0));
     let (quiet, names) = quiet_allowance(obs, step);
@@ -168,5 +186,13 @@ mod tests {
         apply(&mut checks);
         assert_eq!(checks[0].status, Status::Unknown);
         assert_eq!(checks[1].status, Status::Fail);
+    }
+
+    #[test]
+    fn a_timestamp_in_the_future_cannot_pass() {
+        assert_eq!(stale(&at(500, -200.0)).unwrap().status, Status::Pass, "skew");
+        let r = stale(&at(500, -86_400.0 * 365.0)).unwrap();
+        assert_eq!(r.status, Status::Unknown);
+        assert!(r.reason.contains("in the future"), "{}", r.reason);
     }
 }
