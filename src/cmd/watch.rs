@@ -139,7 +139,17 @@ pub fn human(e: &Event) -> String {
         Event::StaleLimit {
             seconds,
             longest_gap_s,
-        } => format!("stale limit: {seconds:.1}s (longest progress gap {longest_gap_s:.1}s)"),
+            in_use: true,
+        } => format!(
+            "stale limit calibrated: {seconds:.1}s (longest progress gap {longest_gap_s:.1}s), in use"
+        ),
+        Event::StaleLimit {
+            seconds,
+            longest_gap_s,
+            in_use: false,
+        } => format!(
+            "calibrated stale limit would be {seconds:.1}s (longest progress gap {longest_gap_s:.1}s); the declared stale limit is in use"
+        ),
         Event::Kill {
             seq,
             reason,

@@ -190,7 +190,11 @@ mod tests {
 
     #[test]
     fn a_timestamp_in_the_future_cannot_pass() {
-        assert_eq!(stale(&at(500, -200.0)).unwrap().status, Status::Pass, "skew");
+        assert_eq!(
+            stale(&at(500, -200.0)).unwrap().status,
+            Status::Pass,
+            "skew"
+        );
         let r = stale(&at(500, -86_400.0 * 365.0)).unwrap();
         assert_eq!(r.status, Status::Unknown);
         assert!(r.reason.contains("in the future"), "{}", r.reason);

@@ -28,6 +28,8 @@ pub enum Event {
     StaleLimit {
         seconds: f64,
         longest_gap_s: f64,
+        /// False when a declared stale limit (`[watch] stale` / the phase's) is the one used.
+        in_use: bool,
     },
     Kill {
         seq: u64,

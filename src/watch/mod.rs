@@ -329,6 +329,7 @@ impl Watcher<'_> {
             self.report.event(&Event::StaleLimit {
                 seconds: ms(limit),
                 longest_gap_s: ms(gap),
+                in_use: calibrated,
             });
         }
         Ok(())
