@@ -370,6 +370,12 @@ fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
             bail!("{file}: [[quiet]] '{}': expected every > 0 steps", q.name);
         }
     }
+    if raw.run.format == LogFormat::Text {
+        // Compile the patterns now, so `roger check` finds a bad one, not the first tick.
+        if let Err(e) = crate::metrics::text::TextParser::new(&raw.metrics) {
+            bail!("{file}: {e:#}");
+        }
+    }
     let c = &raw.critic;
     if c.eval_window < 2 {
         bail!(
@@ -661,6 +667,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("[critic] expected min_samples >= 3"), "{err}");
+    }
+
+    #[test]
+    fn text_patterns_are_compiled_at_load() {
+        let head = "[run]\nname = \"t\"\nformat = \"text\"\n[metrics]\n";
+        let err = parse(&format!(
+            "{head}patterns = [{{ regex = 'step (\\d+)', fields = [\"step\", \"loss\"] }}]\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with(
+                "/runs/x/roger.toml:5:1: [metrics] patterns #1: `fields` lists 2 names"
+            ),
+            "{err}"
+        );
+        let err = parse(&format!(
+            "{head}patterns = [{{ regex = 'step (?P<step>\\d+' }}]\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains(":5:1: [metrics] patterns #1: bad regex"),
+            "{err}"
+        );
+        parse(&format!(
+            "{head}patterns = [{{ regex = 'step (\\d+) loss ([.0-9]+)', fields = [\"step\", \"loss\"] }}]\n"
+        ))
+        .unwrap();
     }
 
     #[test]

@@ -56,6 +56,13 @@ impl TextParser {
                 }
                 targets.push(t);
             }
+            if unnamed.next().is_some() {
+                bail!(
+                    "[metrics] patterns #{}: `fields` lists {} names but the regex has fewer unnamed groups: expected one name per unnamed group",
+                    i + 1,
+                    p.fields.len()
+                );
+            }
             if !targets.contains(&Some(Target::Step)) {
                 bail!("[metrics] patterns #{}: needs a `step` group", i + 1);
             }
