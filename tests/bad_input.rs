@@ -235,3 +235,14 @@ fn a_ledger_that_is_a_directory_is_named_once() {
         &["opening ledger l.jsonl: Is a directory"],
     );
 }
+
+#[test]
+fn publish_to_a_file_says_a_directory_was_expected() {
+    let env = Env::new();
+    env.write("ckpt-1.bin", "weights");
+    env.write("not-a-dir", "x");
+    env.run(&["publish", "ckpt-1.bin", "--to", "not-a-dir"])
+        .expect(1)
+        .stderr_has("not-a-dir is not a directory: expected the checkpoint directory");
+    assert_eq!(env.read("not-a-dir"), "x");
+}

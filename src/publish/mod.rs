@@ -164,6 +164,12 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     let size: u64 = before.iter().map(|f| f.size).sum();
     let dest_abs = std::path::absolute(&req.dest)
         .with_context(|| format!("destination {}", req.dest.display()))?;
+    if dest_abs.exists() && !dest_abs.is_dir() {
+        bail!(
+            "destination {} is not a directory: expected the checkpoint directory (--to DIR or [run] checkpoint_dir)",
+            dest_abs.display()
+        );
+    }
     let in_place =
         dest_abs.exists() && src.parent() == Some(std::fs::canonicalize(&dest_abs)?.as_path());
     let mut free_before = None;
