@@ -246,3 +246,13 @@ fn publish_to_a_file_says_a_directory_was_expected() {
         .stderr_has("not-a-dir is not a directory: expected the checkpoint directory");
     assert_eq!(env.read("not-a-dir"), "x");
 }
+
+#[test]
+fn hygiene_disk_with_a_checkpoint_dir_that_is_a_file_cannot_judge() {
+    let env = Env::new();
+    env.write("roger.toml", CONFIG);
+    env.write("ck", "not a directory");
+    env.run(&["hygiene", "disk"])
+        .expect(3)
+        .stdout_has("ck is not a directory: expected the checkpoint directory");
+}

@@ -269,7 +269,15 @@ pub fn measure(
     let measured: Vec<(Target, Result<FsStat, String>)> = targets(cfg, host)
         .into_iter()
         .map(|t| {
-            let s = probe.stat(&t.path).map_err(|e| format!("{e:#}"));
+            // A checkpoint dir that is a file is a broken config, not free space to report.
+            let s = if t.grows && t.path.exists() && !t.path.is_dir() {
+                Err(format!(
+                    "{} is not a directory: expected the checkpoint directory ([run] checkpoint_dir)",
+                    t.path.display()
+                ))
+            } else {
+                probe.stat(&t.path).map_err(|e| format!("{e:#}"))
+            };
             (t, s)
         })
         .collect();
