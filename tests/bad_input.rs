@@ -256,3 +256,15 @@ fn hygiene_disk_with_a_checkpoint_dir_that_is_a_file_cannot_judge() {
         .expect(3)
         .stdout_has("ck is not a directory: expected the checkpoint directory");
 }
+
+#[test]
+fn regress_against_a_binary_baseline_names_its_unreadable_lines() {
+    let env = Env::new();
+    env.write("roger.toml", CONFIG);
+    env.write("train.jsonl", "{\"step\": 1, \"loss\": 2.0}\n");
+    let junk: Vec<u8> = (0..3000u32).map(|i| (i * 7919 % 251) as u8).collect();
+    env.write("base.bin", junk);
+    env.run(&["hygiene", "regress", "--baseline", "base.bin"])
+        .expect(3)
+        .stderr_has("unreadable line(s) in base.bin; first: base.bin:1:");
+}

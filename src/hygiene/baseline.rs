@@ -10,19 +10,23 @@ use crate::critic::ObsSample;
 use crate::ledger::{Kind, Ledger};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
-use std::io::BufRead;
+use std::io::Read;
 use std::path::Path;
 
 /// Whether a file is a roger ledger: its first non-empty line is a record with `kind` and
 /// `hash`.
 pub fn is_ledger(path: &Path) -> Result<bool> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    for line in std::io::BufReader::new(f).lines().take(20) {
-        let line = line.with_context(|| format!("reading {}", path.display()))?;
-        if line.trim().is_empty() {
+    let mut head = Vec::new();
+    f.take(1 << 20)
+        .read_to_end(&mut head)
+        .with_context(|| format!("reading {}", path.display()))?;
+    // Bytes, not text: a binary file is simply not a ledger (the log reader then says why).
+    for line in head.split(|&b| b == b'\n').take(20) {
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let v: serde_json::Value = match serde_json::from_str(&line) {
+        let v: serde_json::Value = match serde_json::from_slice(line) {
             Ok(v) => v,
             Err(_) => return Ok(false),
         };
@@ -35,6 +39,15 @@ pub fn is_ledger(path: &Path) -> Result<bool> {
 pub fn from_log(path: &Path, format: LogFormat, metrics: &MetricsConfig) -> Result<Vec<Point>> {
     let out = crate::metrics::read_all(path, format, metrics)
         .with_context(|| format!("reading metrics log {}", path.display()))?;
+    if out.garbage_total > 0 {
+        // Never fatal (like the critic), but said: a comparison against junk is no comparison.
+        eprintln!(
+            "roger: warning: {} unreadable line(s) in {}; first: {}",
+            out.garbage_total,
+            path.display(),
+            out.garbage.first().map_or(String::new(), |g| g.to_string())
+        );
+    }
     Ok(out
         .samples
         .into_iter()
