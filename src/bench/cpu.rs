@@ -41,7 +41,7 @@ pub fn run(sizes: &[usize], iters: usize) -> Measured {
         let b = random_f32(n * n, 2);
         let mut c = vec![0f32; n * n];
         sgemm(n, &a, &b, &mut c);
-        let mut t: Vec<f64> = (0..iters.max(1))
+        let t: Vec<f64> = (0..iters.max(1))
             .map(|_| {
                 let start = Instant::now();
                 sgemm(n, &a, &b, &mut c);
@@ -55,7 +55,7 @@ pub fn run(sizes: &[usize], iters: usize) -> Measured {
             size: n,
             iters: t.len(),
             best_tflops: best,
-            median_tflops: median(&mut t),
+            median_tflops: median(&t),
         });
     }
     Measured {

@@ -159,7 +159,7 @@ fn measure_dtype(
                 size: n,
                 iters: t.len(),
                 best_tflops: best,
-                median_tflops: median(&mut t),
+                median_tflops: median(&t),
             })
         })();
         match r {

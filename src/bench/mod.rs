@@ -47,17 +47,9 @@ pub struct DtypeSummary {
     pub ratio: Option<f64>,
 }
 
-pub fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+/// Median of measured timings (NaN when there are none); the critic's robust median.
+pub fn median(v: &[f64]) -> f64 {
+    crate::critic::stats::median(v.iter().copied()).unwrap_or(f64::NAN)
 }
 
 /// TFLOPS of an n×n×n GEMM taking `secs`.
@@ -223,8 +215,8 @@ pub fn run_tokens_per_s(cfg: &crate::config::Config, log: &Path) -> Result<Optio
     if n == 0 {
         return Ok(None);
     }
-    let mut last = v.split_off(n.saturating_sub(20));
-    Ok(Some(median(&mut last)))
+    let last = v.split_off(n.saturating_sub(20));
+    Ok(Some(median(&last)))
 }
 
 #[cfg(test)]
@@ -309,8 +301,8 @@ mod tests {
 
     #[test]
     fn median_of_even_and_odd() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 
     #[test]
