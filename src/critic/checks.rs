@@ -387,6 +387,7 @@ pub(crate) mod tests {
             last_sample_at: Some(1_700_000_000.0),
             advanced_at: Some(1_700_000_000.0),
             gpu_vram: None,
+            onsets: Default::default(),
             samples_total: 0,
             garbage_total: 0,
         }

@@ -2,6 +2,7 @@
 //! slope over the window, and a sudden spike over the window's median. Pure functions of an
 //! [`Observation`]; `None` means the phase does not declare the check.
 
+use super::onset::{whole, Run};
 use super::stats::{median, theil_sen};
 use super::{fmt, num, CheckResult, Observation, Status};
 use crate::metrics::LOSS;
@@ -15,6 +16,17 @@ fn trailing_run(series: &[(u64, f64)], bad: impl Fn(f64) -> bool) -> (usize, Opt
     (n, first)
 }
 
+/// [`trailing_run`] over the whole series: when the run fills the window, the history's
+/// record of where it began (archived in the observation) says how far back it goes.
+fn onset_run(
+    series: &[(u64, f64)],
+    bad: impl Fn(f64) -> bool,
+    recorded: Option<Run>,
+) -> (u64, Option<u64>) {
+    let (n, first) = trailing_run(series, bad);
+    whole(series.len(), n, first, recorded)
+}
+
 /// Band, NaN/Inf and collapse to 0. Runs even outside a phase (NaN needs no threshold).
 pub fn loss(obs: &Observation) -> Option<CheckResult> {
     let series = obs.series(LOSS);
@@ -26,7 +38,7 @@ pub fn loss(obs: &Observation) -> Option<CheckResult> {
         ));
     };
     if !last.is_finite() {
-        let (n, first) = trailing_run(&series, |v| !v.is_finite());
+        let (n, first) = onset_run(&series, |v| !v.is_finite(), obs.onsets.nonfinite);
         return Some(
             CheckResult::new(
                 "loss",
@@ -42,7 +54,7 @@ pub fn loss(obs: &Observation) -> Option<CheckResult> {
         );
     }
     if last == 0.0 {
-        let (_, first) = trailing_run(&series, |v| v == 0.0);
+        let (_, first) = onset_run(&series, |v| v == 0.0, obs.onsets.zero);
         return Some(
             CheckResult::new(
                 "loss",
@@ -90,7 +102,7 @@ pub fn loss(obs: &Observation) -> Option<CheckResult> {
             .expected(expected),
         );
     }
-    let (_, first) = trailing_run(&series, |v| !(lo..=hi).contains(&v));
+    let (_, first) = onset_run(&series, |v| !(lo..=hi).contains(&v), obs.onsets.out_of_band);
     let side = if m > hi { "above" } else { "below" };
     Some(
         CheckResult::new(
@@ -254,6 +266,43 @@ mod tests {
         let high = loss(&losses(&[3.0, 3.0, 7.0, 7.5, 8.0])).unwrap();
         assert_eq!((high.status, high.diverged_at), (Status::Fail, Some(120)));
         assert!(high.reason.contains("above the band"), "{}", high.reason);
+    }
+
+    #[test]
+    fn a_run_filling_the_window_is_dated_by_the_recorded_onset() {
+        let mut o = losses(&[f64::NAN; 10]);
+        // Window alone: 100..190, so "since 100"; the history saw it begin at 40, 25 ago.
+        assert_eq!(loss(&o).unwrap().diverged_at, Some(100));
+        o.onsets.nonfinite = Some(Run {
+            since: 40,
+            samples: 25,
+        });
+        let r = loss(&o).unwrap();
+        assert_eq!(r.diverged_at, Some(40));
+        assert!(
+            r.reason.contains("25 sample(s) in a row since step 40"),
+            "{}",
+            r.reason
+        );
+        // Not filling the window: the window's own start is exact.
+        let mut o = losses(&[3.0, 3.0, f64::NAN, f64::NAN]);
+        o.onsets.nonfinite = Some(Run {
+            since: 120,
+            samples: 2,
+        });
+        assert_eq!(loss(&o).unwrap().diverged_at, Some(120));
+        let mut o = losses(&[7.0; 6]);
+        o.onsets.out_of_band = Some(Run {
+            since: 30,
+            samples: 13,
+        });
+        assert_eq!(loss(&o).unwrap().diverged_at, Some(30));
+        let mut o = losses(&[0.0; 3]);
+        o.onsets.zero = Some(Run {
+            since: 90,
+            samples: 4,
+        });
+        assert_eq!(loss(&o).unwrap().diverged_at, Some(90));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod checks;
 pub mod loss;
 pub mod observe;
+pub mod onset;
 pub mod replay;
 pub mod stale;
 pub mod stats;
@@ -237,6 +238,10 @@ pub struct Observation {
     pub last_sample_at: Option<f64>,
     pub advanced_at: Option<f64>,
     pub gpu_vram: Option<GpuVram>,
+    /// Where the loss's trailing bad runs began over the whole series, which may be before
+    /// the window (absent in observations archived before it existed: the window decides).
+    #[serde(default)]
+    pub onsets: onset::Onsets,
     pub samples_total: u64,
     pub garbage_total: u64,
 }

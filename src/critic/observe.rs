@@ -3,6 +3,7 @@
 //! and when the step last advanced; [`observe`] cuts the phase's window out of it with the
 //! thresholds that apply. [`read_vram`] asks the GPU when the log carries no VRAM.
 
+use super::onset::Tracker;
 use super::{EvalPoint, GpuVram, Num, ObsSample, Observation, Quiet, Settings, Thresholds};
 use crate::config::Config;
 use crate::gpu::GpuReader;
@@ -22,6 +23,8 @@ pub struct History {
     last_step: Option<u64>,
     advanced_at: Option<f64>,
     last_sample_at: Option<f64>,
+    /// Where the loss's current bad runs began, over every sample (not only those kept).
+    onsets: Tracker,
     pub samples_total: u64,
     pub garbage_total: u64,
 }
@@ -32,6 +35,12 @@ impl History {
         let widest = cfg.phases.iter().map(|p| p.window).max().unwrap_or(50);
         History {
             cap: widest.max(64) + 8,
+            onsets: Tracker::new(
+                cfg.phases
+                    .iter()
+                    .map(|p| (p.from, p.to, p.loss.map(|b| [b.lo, b.hi])))
+                    .collect(),
+            ),
             ..Default::default()
         }
     }
@@ -46,9 +55,17 @@ impl History {
         match self.last_step {
             Some(last) if s.step < last => {
                 // A resume from an earlier checkpoint: the steps after it never happened.
+                let mut dropped = 0;
                 while self.samples.back().is_some_and(|b| b.step >= s.step) {
-                    self.samples.pop_back();
+                    let b = self.samples.pop_back().expect("checked");
+                    dropped += usize::from(b.get(LOSS).is_some());
                 }
+                let kept: Vec<(u64, f64)> = self
+                    .samples
+                    .iter()
+                    .filter_map(|r| r.get(LOSS).map(|l| (r.step, l)))
+                    .collect();
+                self.onsets.rewind(s.step, dropped, &kept);
                 self.evals.retain(|e| e.step <= s.step);
                 self.last_step = Some(s.step);
                 self.advanced_at = s.time;
@@ -63,6 +80,7 @@ impl History {
             self.last_sample_at = Some(self.last_sample_at.map_or(t, |l| l.max(t)));
         }
         if let Some(l) = s.get(LOSS) {
+            self.onsets.push(s.step, l);
             self.pending_train.push_back(l);
             if self.pending_train.len() > TRAIN_PER_EVAL {
                 self.pending_train.pop_front();
@@ -97,8 +115,10 @@ impl History {
     /// A snapshot log (trainer_state.json) was re-read: start over from it.
     pub fn replace(&mut self, samples: Vec<Record>) {
         let garbage = self.garbage_total;
+        let bands = std::mem::take(&mut self.onsets);
         *self = History {
             cap: self.cap,
+            onsets: Tracker::new(bands.into_bands()),
             garbage_total: garbage,
             ..Default::default()
         };
@@ -155,6 +175,7 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
         last_sample_at: h.last_sample_at,
         advanced_at: h.advanced_at,
         gpu_vram,
+        onsets: h.onsets.now,
         samples_total: h.samples_total,
         garbage_total: h.garbage_total,
     }
@@ -301,6 +322,38 @@ mod tests {
             vec![40, 50, 60]
         );
         assert_eq!(o.advanced_at, Some(21.0));
+    }
+
+    /// Issue 10 item 7: one read covering more new steps than the window.
+    #[test]
+    fn the_onset_of_a_nan_is_found_beyond_the_window() {
+        let c = Config::parse(
+            "[run]\nname = \"t\"\n[[phase]]\nname = \"a\"\nfrom = 0\nwindow = 10\nloss = [1.0, 5.0]\n",
+            std::path::Path::new("/x/roger.toml"),
+        )
+        .unwrap();
+        let mut h = History::new(&c);
+        for i in 0..200 {
+            h.push(s(i, if i < 80 { 3.0 } else { f64::NAN }, i as f64));
+        }
+        let o = observe(&h, &c, 300.0, None);
+        assert_eq!(o.window.len(), 10);
+        let v = crate::critic::judge(&o);
+        assert_eq!(v.diverged_at(), Some(80), "{v:#?}");
+        // Archived and read back, the same answer.
+        let back: Observation = serde_json::from_value(serde_json::to_value(&o).unwrap()).unwrap();
+        assert_eq!(crate::critic::judge(&back), v);
+        // Resumed from step 60 (before the onset): the NaN never happened.
+        h.push(s(60, 3.0, 301.0));
+        assert_eq!(observe(&h, &c, 302.0, None).onsets, Default::default());
+        // Resumed inside it (from 150): it still began at 80.
+        for i in 61..200 {
+            h.push(s(i, if i < 80 { 3.0 } else { f64::NAN }, 400.0));
+        }
+        h.push(s(150, f64::NAN, 500.0));
+        let o = observe(&h, &c, 501.0, None);
+        assert_eq!(o.onsets.nonfinite.map(|r| r.since), Some(80));
+        assert_eq!(crate::critic::judge(&o).diverged_at(), Some(80));
     }
 
     #[test]
