@@ -136,6 +136,8 @@ fn main() {
             retention: None,
             margin: 0,
             quarantine_dir: root.join(format!("roger-{rep}/.roger/quarantine")),
+            rollback_margin: 0,
+            config: None,
         };
         drop_caches();
         let c0 = cpu(libc::RUSAGE_SELF);

@@ -1,6 +1,8 @@
 //! Which checkpoint is the last GOOD one (DESIGN.md): the newest published one whose bytes
-//! still hash to its recorded sha256, that is not quarantined, and whose step is not at or
-//! after a critic `fail` that was never cleared. Decided from ledger records; the hash check
+//! still hash to its recorded sha256, that is not quarantined, and that no critic `fail`
+//! taints: its step is not at or after the fail's onset (the earliest `diverged_at`), or —
+//! its step unknown (`last.ckpt`) — it was not published after the fail, unless a passing
+//! verdict cleared the fail before its publish. Decided from ledger records; the hash check
 //! is injected so the rule is tested without big files.
 //!
 //! Record fields this relies on (written by publish, prune, quarantine, release, critic):
@@ -90,31 +92,84 @@ pub fn quarantined(records: &[Record]) -> HashSet<PathBuf> {
     set
 }
 
-/// A checkpoint is tainted by a critic `fail` at step F ≤ its step unless a passing verdict
-/// was filed between that fail and its publish (a checkpoint published before the critic
-/// noticed is tainted too: the weights are from after the divergence).
-fn tainted_by(records: &[Record], run: &str, c: &Checkpoint) -> Option<u64> {
-    let step = c.step?;
+/// A critic `fail` of the run, and whether a later verdict cleared it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Fail {
+    /// seq of the verdict.
+    pub seq: u64,
+    /// The newest step the verdict saw.
+    pub step: Option<u64>,
+    /// Where the run diverged: the earliest `diverged_at` of its failing checks, else its
+    /// step (issue 10 item 7: the verdict's own step is later than the divergence).
+    pub onset: Option<u64>,
+    /// seq of the first `pass`/`warn` verdict after it; `None`: the fail stands.
+    pub cleared_by: Option<u64>,
+}
+
+impl Fail {
+    pub fn standing(&self) -> bool {
+        self.cleared_by.is_none()
+    }
+
+    /// Why it taints `c`, if it does: a checkpoint published before the fail was cleared is
+    /// tainted when its step is at or after the onset (published before the critic noticed
+    /// counts too: the weights are from after the divergence), or — its step or the onset
+    /// unknown — when it was published after the fail was filed.
+    pub fn taints(&self, c: &Checkpoint) -> Option<String> {
+        if self.cleared_by.is_some_and(|p| p < c.seq) {
+            return None;
+        }
+        match (c.step, self.onset) {
+            (Some(step), Some(onset)) => (step >= onset).then(|| {
+                format!(
+                    "step {step} is at or after step {onset}, where a critic fail (verdict #{}) says the run diverged, never cleared before it was published",
+                    self.seq
+                )
+            }),
+            _ => (c.seq > self.seq).then(|| {
+                format!(
+                    "{} unknown, and it was published after a critic fail (verdict #{}{}) that was never cleared before it",
+                    if c.step.is_none() { "its step is" } else { "the fail's step is" },
+                    self.seq,
+                    self.step.map_or(String::new(), |s| format!(", step {s}"))
+                )
+            }),
+        }
+    }
+}
+
+/// The run's critic fails, oldest first, each with its onset and what cleared it.
+pub fn fails(records: &[Record], run: &str) -> Vec<Fail> {
     let verdicts: Vec<&Record> = records
         .iter()
         .filter(|r| r.kind == Kind::Verdict && r.run == run)
         .collect();
+    let mut out = Vec::new();
     for (i, f) in verdicts.iter().enumerate() {
         if f.str_field("status") != Some("fail") {
             continue;
         }
-        let Some(fail_step) = f.step else { continue };
-        if fail_step > step {
-            continue;
-        }
-        let cleared = verdicts[i + 1..]
+        let onset = f
+            .get("checks")
+            .and_then(|c| c.as_array())
+            .into_iter()
+            .flatten()
+            .filter(|c| c.get("status").and_then(|s| s.as_str()) == Some("fail"))
+            .filter_map(|c| c.get("diverged_at").and_then(|d| d.as_u64()))
+            .min()
+            .or(f.step);
+        let cleared_by = verdicts[i + 1..]
             .iter()
-            .any(|p| p.seq < c.seq && matches!(p.str_field("status"), Some("pass") | Some("warn")));
-        if !cleared {
-            return Some(fail_step);
-        }
+            .find(|p| matches!(p.str_field("status"), Some("pass") | Some("warn")))
+            .map(|p| p.seq);
+        out.push(Fail {
+            seq: f.seq,
+            step: f.step,
+            onset,
+            cleared_by,
+        });
     }
-    None
+    out
 }
 
 /// The newest good checkpoint, optionally strictly before `before_step` (divergence rollback).
@@ -125,29 +180,51 @@ pub fn last_good(
     before_step: Option<u64>,
     verifies: &mut dyn FnMut(&Checkpoint) -> Result<(), String>,
 ) -> Choice {
+    last_good_in(records, run, None, before_step, verifies)
+}
+
+/// [`last_good`] among the checkpoints directly inside `dir` (all of them when `None`).
+pub fn last_good_in(
+    records: &[Record],
+    run: &str,
+    dir: Option<&std::path::Path>,
+    before_step: Option<u64>,
+    verifies: &mut dyn FnMut(&Checkpoint) -> Result<(), String>,
+) -> Choice {
     let quarantine = quarantined(records);
+    let fails = fails(records, run);
     let mut choice = Choice::default();
-    for c in published(records, run).into_iter().rev() {
+    let candidates = published(records, run)
+        .into_iter()
+        .filter(|c| dir.is_none_or(|d| c.path.parent() == Some(d)));
+    for c in candidates.rev() {
         let skip = |why: String| Skipped {
             path: c.path.clone(),
             why,
         };
-        if let (Some(limit), Some(step)) = (before_step, c.step) {
-            if step >= limit {
-                choice
-                    .skipped
-                    .push(skip(format!("step {step} is not before {limit}")));
-                continue;
+        if let Some(limit) = before_step {
+            match c.step {
+                Some(step) if step >= limit => {
+                    choice
+                        .skipped
+                        .push(skip(format!("step {step} is not before {limit}")));
+                    continue;
+                }
+                None => {
+                    choice.skipped.push(skip(format!(
+                        "its step is unknown, so it cannot be shown to be before {limit}"
+                    )));
+                    continue;
+                }
+                Some(_) => {}
             }
         }
         if quarantine.contains(&c.path) {
             choice.skipped.push(skip("quarantined".into()));
             continue;
         }
-        if let Some(f) = tainted_by(records, run, &c) {
-            choice.skipped.push(skip(format!(
-                "at or after a critic fail at step {f} that was never cleared"
-            )));
+        if let Some(why) = fails.iter().find_map(|f| f.taints(&c)) {
+            choice.skipped.push(skip(why));
             continue;
         }
         if let Err(why) = verifies(&c) {
@@ -257,6 +334,100 @@ mod tests {
         assert_eq!(
             last_good(&recs, "r", None, &mut ok).chosen.unwrap().step,
             Some(300)
+        );
+    }
+
+    fn publish_named(name: &str) -> Entry {
+        Entry::new(Kind::Publish, "publish", "r")
+            .field("path", format!("/ck/{name}"))
+            .field("sha256", "a".repeat(64))
+            .field("size", 10)
+    }
+
+    fn fail_since(step: u64, diverged_at: u64) -> Entry {
+        verdict(step, "fail").field(
+            "checks",
+            serde_json::json!([
+                {"check": "lr", "status": "fail"},
+                {"check": "loss", "status": "fail", "diverged_at": diverged_at},
+                {"check": "loss_spike", "status": "warn", "diverged_at": 10}
+            ]),
+        )
+    }
+
+    fn chosen(recs: &[Record], before: Option<u64>) -> Option<PathBuf> {
+        last_good(recs, "r", before, &mut ok).chosen.map(|c| c.path)
+    }
+
+    /// Issue 10 item 6: `last.ckpt` (no step in its name) published after a standing fail.
+    #[test]
+    fn a_stepless_checkpoint_is_judged_by_when_it_was_published() {
+        let recs = ledger_with(vec![
+            publish(100),
+            verdict(150, "fail"),
+            publish_named("last.ckpt"),
+        ]);
+        let choice = last_good(&recs, "r", None, &mut ok);
+        assert_eq!(choice.chosen.unwrap().step, Some(100));
+        assert!(
+            choice.skipped[0].why.contains("its step is unknown, and it was published after a critic fail (verdict #2, step 150)"),
+            "{:?}",
+            choice.skipped
+        );
+        // Published before the fail, or after a pass cleared it: good.
+        let before = ledger_with(vec![publish_named("last.ckpt"), verdict(150, "fail")]);
+        assert_eq!(chosen(&before, None), Some(PathBuf::from("/ck/last.ckpt")));
+        let cleared = ledger_with(vec![
+            verdict(150, "fail"),
+            verdict(160, "pass"),
+            publish_named("last.ckpt"),
+        ]);
+        assert_eq!(chosen(&cleared, None), Some(PathBuf::from("/ck/last.ckpt")));
+        // A rollback needs a step before the limit: an unknown one cannot be shown to be.
+        let c = last_good(&before, "r", Some(100), &mut ok);
+        assert!(c.chosen.is_none());
+        assert!(c.skipped[0]
+            .why
+            .contains("cannot be shown to be before 100"));
+    }
+
+    /// Issue 10 item 7: tainting starts at the onset, not at the step the verdict was filed at.
+    #[test]
+    fn a_fail_taints_from_its_onset() {
+        let recs = ledger_with(vec![publish(70), publish(90), fail_since(120, 80)]);
+        let choice = last_good(&recs, "r", None, &mut ok);
+        assert_eq!(choice.chosen.unwrap().step, Some(70));
+        assert!(
+            choice.skipped[0]
+                .why
+                .contains("step 90 is at or after step 80"),
+            "{:?}",
+            choice.skipped
+        );
+        let f = &fails(&recs, "r")[0];
+        assert_eq!((f.step, f.onset, f.standing()), (Some(120), Some(80), true));
+        // After the rollback the new run publishes 70 again and then 90 once a pass came.
+        let recs = ledger_with(vec![
+            publish(70),
+            publish(90),
+            fail_since(120, 80),
+            verdict(75, "pass"),
+            publish(90),
+        ]);
+        assert_eq!(last_good(&recs, "r", None, &mut ok).chosen.unwrap().seq, 5);
+        assert!(!fails(&recs, "r")[0].standing());
+    }
+
+    #[test]
+    fn last_good_in_a_directory() {
+        let mut backup = publish(300);
+        backup = backup.field("path", "/backup/ckpt-300.pt");
+        let recs = ledger_with(vec![publish(100), publish(200), backup]);
+        let c = last_good_in(&recs, "r", Some(std::path::Path::new("/ck")), None, &mut ok);
+        assert_eq!(c.chosen.unwrap().step, Some(200));
+        assert_eq!(
+            chosen(&recs, None),
+            Some(PathBuf::from("/backup/ckpt-300.pt"))
         );
     }
 

@@ -4,6 +4,7 @@ mod util;
 
 mod bad_input;
 mod bench;
+mod checkpoint_trust;
 mod cli;
 mod critic;
 mod hygiene;

@@ -143,6 +143,12 @@ fn run_disk(global: &Global, a: DiskArgs) -> Result<u8> {
     let mut report = disk::check(&cfg, now)?;
     let mut pruned = None;
     if a.prune {
+        // Under the publish lock: a publish's own retention cannot interleave with this one.
+        let dir = cfg.checkpoint_dir()?;
+        let _lock = match (a.dry_run, dir.is_dir()) {
+            (false, true) => Some(crate::publish::place::lock(&dir)?),
+            _ => None,
+        };
         let records = ledger.records()?;
         let p = plan_prune(&cfg, &records, &report)?;
         if !a.dry_run {
@@ -174,13 +180,10 @@ fn plan_prune(
     // Ledger paths are absolute: compare like with like, or latest.json's target would not
     // match its own publish record.
     let abs_dir = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
-    let latest = crate::publish::manifest::read(&dir)?.map(|l| l.target(&abs_dir));
-    let prot = prune::protected(
-        records,
-        &cfg.run.name,
-        latest,
-        &mut crate::checkpoints::verify_on_disk,
-    );
+    let guard = crate::publish::retention::Guard {
+        latest: crate::publish::manifest::read(&dir)?.map(|l| l.target(&abs_dir)),
+        rollback_margin: cfg.watch.rollback_margin_steps,
+    };
     let avail = report
         .targets
         .iter()
@@ -193,7 +196,8 @@ fn plan_prune(
         &cfg.run.name,
         &abs_dir,
         &cfg.publish,
-        prot,
+        &guard,
+        &mut crate::checkpoints::verify_on_disk,
         avail,
         goal,
     ))

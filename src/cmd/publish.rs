@@ -72,6 +72,8 @@ struct Target {
     retention: Option<PublishConfig>,
     margin: u64,
     quarantine_dir: PathBuf,
+    rollback_margin: u64,
+    config: Option<PathBuf>,
 }
 
 fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
@@ -95,6 +97,8 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
             margin: c.publish.margin.0,
             retention: Some(overrides(c.publish.clone())),
             quarantine_dir: c.quarantine_dir(),
+            rollback_margin: c.watch.rollback_margin_steps,
+            config: Some(c.path.clone()),
         },
         None => {
             // `--verify PATH` names the directory itself: PATH's own, whose ledger holds
@@ -122,6 +126,8 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
                 margin: PublishConfig::default().margin.0,
                 retention: flags.then(|| overrides(PublishConfig::default())),
                 quarantine_dir: abs.join(".roger").join("quarantine"),
+                rollback_margin: 0,
+                config: None,
             }
         }
     };
@@ -170,6 +176,8 @@ pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
         retention: t.retention,
         margin: t.margin,
         quarantine_dir: t.quarantine_dir,
+        rollback_margin: t.rollback_margin,
+        config: t.config,
     };
     let outcome = publish::publish(&req, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
     if args.json {
@@ -226,6 +234,9 @@ fn print_human(o: &Outcome) {
                 p.path.display()
             ),
         }
+    }
+    for k in &o.kept {
+        outln!("  kept {}: {}", k.path.display(), k.why);
     }
 }
 

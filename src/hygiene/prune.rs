@@ -1,24 +1,19 @@
-//! `hygiene disk --prune`: free space by applying the retention policy — the one
-//! implementation, `publish::retention::plan`, scoped like publish's to the checkpoint
-//! directory being pruned — protecting what `latest.json` points to, the
-//! last good checkpoint and anything quarantined, and taking candidates oldest first only
-//! until the free-space goal is met. Each removal is a `prune` ledger record written before
-//! the bytes go.
+//! `hygiene disk --prune`: free space by applying retention — the one rule,
+//! `publish::retention::plan`, that publish applies too (it never removes latest.json's
+//! target, the last good checkpoint, the newest checkpoint before a standing critic fail, or
+//! anything quarantined) — taking its candidates oldest first only until the free-space goal is
+//! met. The caller holds the destination's publish lock. Each removal is a `prune` ledger
+//! record written before the bytes go.
 
-use crate::checkpoints::{self, Checkpoint};
+use crate::checkpoints::Checkpoint;
 use crate::config::PublishConfig;
 use crate::ledger::{Entry, Kind, Ledger, Record};
-use crate::publish::retention::{self, PruneCandidate};
+pub use crate::publish::retention::Protected;
+use crate::publish::retention::{self, Guard, PruneCandidate};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Protected {
-    pub path: PathBuf,
-    pub why: String,
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PrunePlan {
@@ -46,59 +41,29 @@ pub fn take_until_goal(candidates: &[PruneCandidate], avail: u64, goal: u64) -> 
     (candidates.len(), freed, met)
 }
 
-/// What must never be pruned: latest.json's target, the last good checkpoint, quarantined
-/// paths. `verifies` re-hashes a checkpoint (injected for tests).
-pub fn protected(
-    records: &[Record],
-    run: &str,
-    latest_target: Option<PathBuf>,
-    verifies: &mut dyn FnMut(&Checkpoint) -> Result<(), String>,
-) -> Vec<Protected> {
-    let mut out = Vec::new();
-    if let Some(p) = latest_target {
-        out.push(Protected {
-            path: p,
-            why: "latest.json points to it".into(),
-        });
-    }
-    if let Some(c) = checkpoints::last_good(records, run, None, verifies).chosen {
-        out.push(Protected {
-            path: c.path,
-            why: "the last good checkpoint".into(),
-        });
-    }
-    let mut q: Vec<PathBuf> = checkpoints::quarantined(records).into_iter().collect();
-    q.sort();
-    out.extend(q.into_iter().map(|path| Protected {
-        path,
-        why: "quarantined".into(),
-    }));
-    out
-}
-
 /// Plan the prune of the checkpoints in `dir` (absolute, as ledger paths are; pure given its
-/// inputs).
+/// inputs and the injected hash check).
+#[allow(clippy::too_many_arguments)]
 pub fn plan(
     records: &[Record],
     run: &str,
     dir: &Path,
     policy: &PublishConfig,
-    protected: Vec<Protected>,
+    guard: &Guard,
+    verifies: &mut dyn FnMut(&Checkpoint) -> Result<(), String>,
     avail: u64,
     goal_free: u64,
 ) -> PrunePlan {
-    let published = checkpoints::published(records, run);
-    let paths: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();
-    let candidates = retention::plan(&published, dir, policy, &paths);
-    let (n, freed, goal_met) = take_until_goal(&candidates, avail, goal_free);
+    let r = retention::plan(records, run, dir, policy, guard, verifies);
+    let (n, freed, goal_met) = take_until_goal(&r.candidates, avail, goal_free);
     PrunePlan {
         goal_free,
         avail,
-        spared: candidates.len() - n,
-        chosen: candidates[..n].to_vec(),
+        spared: r.candidates.len() - n,
+        chosen: r.candidates[..n].to_vec(),
         freed,
         goal_met,
-        protected,
+        protected: r.protected,
     }
 }
 
@@ -147,6 +112,19 @@ mod tests {
     use crate::config::Bytes;
     use chrono::TimeZone;
 
+    fn ok(_: &Checkpoint) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Every checkpoint's bytes changed: none is the last good one, so none is protected by it.
+    fn corrupt(_: &Checkpoint) -> Result<(), String> {
+        Err("bytes changed".into())
+    }
+
+    fn no_latest() -> Guard {
+        Guard::default()
+    }
+
     fn records(entries: Vec<Entry>) -> Vec<Record> {
         crate::ledger::test_records(entries)
     }
@@ -170,7 +148,16 @@ mod tests {
     #[test]
     fn takes_only_what_the_goal_needs() {
         let recs = records((1..=6).map(|s| publish(s * 100)).collect());
-        let p = plan(&recs, "r", Path::new("/ck"), &policy(1), vec![], 75, 100);
+        let p = plan(
+            &recs,
+            "r",
+            Path::new("/ck"),
+            &policy(1),
+            &no_latest(),
+            &mut ok,
+            75,
+            100,
+        );
         let steps: Vec<_> = p
             .chosen
             .iter()
@@ -179,9 +166,27 @@ mod tests {
         assert_eq!(steps, [100, 200, 300], "oldest first, 3 × 10 B reach 100");
         assert!(p.goal_met);
         assert_eq!(p.spared, 2);
-        let p = plan(&recs, "r", Path::new("/ck"), &policy(1), vec![], 100, 100);
+        let p = plan(
+            &recs,
+            "r",
+            Path::new("/ck"),
+            &policy(1),
+            &no_latest(),
+            &mut ok,
+            100,
+            100,
+        );
         assert!(p.chosen.is_empty() && p.goal_met);
-        let p = plan(&recs, "r", Path::new("/ck"), &policy(1), vec![], 0, 1000);
+        let p = plan(
+            &recs,
+            "r",
+            Path::new("/ck"),
+            &policy(1),
+            &no_latest(),
+            &mut ok,
+            0,
+            1000,
+        );
         assert_eq!(p.chosen.len(), 5);
         assert!(!p.goal_met);
     }
@@ -198,21 +203,37 @@ mod tests {
                 .step(Some(350))
                 .field("status", "fail"),
         ]);
-        // The fail at 350 taints 400: the last good is 300 (200 is quarantined).
-        let prot = protected(&recs, "r", Some(PathBuf::from("/ck/100")), &mut |_| Ok(()));
-        let whys: Vec<_> = prot
+        // The fail at 350 taints 400: the last good is 300 (200 is quarantined), which is
+        // also the newest before the standing fail.
+        let guard = Guard {
+            latest: Some(PathBuf::from("/ck/100")),
+            rollback_margin: 0,
+        };
+        let p = plan(
+            &recs,
+            "r",
+            Path::new("/ck"),
+            &policy(1),
+            &guard,
+            &mut ok,
+            0,
+            u64::MAX,
+        );
+        let whys: Vec<_> = p
+            .protected
             .iter()
             .map(|p| (p.path.to_str().unwrap(), p.why.as_str()))
             .collect();
-        assert_eq!(
-            whys,
-            [
-                ("/ck/100", "latest.json points to it"),
-                ("/ck/300", "the last good checkpoint"),
-                ("/ck/200", "quarantined")
-            ]
+        assert_eq!(whys.len(), 4, "{whys:?}");
+        assert_eq!(whys[0], ("/ck/100", "latest.json points to it"));
+        assert_eq!(whys[1], ("/ck/300", "the last good checkpoint"));
+        assert!(
+            whys[2].0 == "/ck/300"
+                && whys[2]
+                    .1
+                    .starts_with("the newest checkpoint before step 350")
         );
-        let p = plan(&recs, "r", Path::new("/ck"), &policy(1), prot, 0, u64::MAX);
+        assert_eq!(whys[3], ("/ck/200", "quarantined"));
         assert!(p.chosen.is_empty(), "{:?}", p.chosen);
     }
 
@@ -235,7 +256,8 @@ mod tests {
             "r",
             Path::new("/ck"),
             &policy(0),
-            vec![],
+            &no_latest(),
+            &mut corrupt,
             0,
             u64::MAX,
         );
@@ -255,11 +277,17 @@ mod tests {
             "r",
             Path::new("/ck"),
             &policy(1),
-            vec![],
+            &no_latest(),
+            &mut ok,
             0,
             u64::MAX,
         );
         assert_eq!(p.chosen.len(), 3);
+        // The last good checkpoint of /ck is /ck/400, though the run's newest is /backup/400.
+        assert!(p
+            .protected
+            .iter()
+            .any(|k| k.path == Path::new("/ck/400") && k.why == "the last good checkpoint"));
         assert!(p
             .chosen
             .iter()
@@ -284,7 +312,16 @@ mod tests {
             )
             .unwrap();
         let recs = ledger.records().unwrap();
-        let p = plan(&recs, "r", dir.path(), &policy(0), vec![], 0, 1);
+        let p = plan(
+            &recs,
+            "r",
+            dir.path(),
+            &policy(0),
+            &no_latest(),
+            &mut corrupt,
+            0,
+            1,
+        );
         let removed = execute(
             &p,
             &ledger,
@@ -297,6 +334,6 @@ mod tests {
         let recs = ledger.records().unwrap();
         assert_eq!(recs[1].kind, Kind::Prune);
         assert_eq!(recs[1].u64_field("size"), Some(1));
-        assert!(checkpoints::published(&recs, "r").is_empty());
+        assert!(crate::checkpoints::published(&recs, "r").is_empty());
     }
 }

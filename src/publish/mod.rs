@@ -44,6 +44,11 @@ pub struct Request {
     /// Where a copy that fails verification is quarantined (when on the same filesystem as
     /// the destination; otherwise it stays set aside in the destination directory).
     pub quarantine_dir: PathBuf,
+    /// `[watch] rollback_margin_steps`: retention keeps the newest checkpoint before a
+    /// standing fail's onset less this, where a rollback would resume.
+    pub rollback_margin: u64,
+    /// The config file, if any: a name roger owns when it lives in the destination.
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -96,6 +101,9 @@ pub struct Outcome {
     /// Leftovers of earlier, killed publishes that were removed.
     pub cleaned: Vec<String>,
     pub pruned: Vec<Pruned>,
+    /// Checkpoints retention's policy alone would have removed, kept by the rule (the last
+    /// good one, the newest before a standing fail, ...), and why.
+    pub kept: Vec<retention::Protected>,
     pub ledger: PathBuf,
     pub ledger_seq: u64,
     /// Where the time went (wall clock, milliseconds).
@@ -149,10 +157,16 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     let src = std::fs::canonicalize(&req.src)
         .with_context(|| format!("source checkpoint {}", req.src.display()))?;
     let name = names::file_name(&src)?;
-    if names::is_staging(&name) || name == manifest::FILE || name.starts_with(names::PREV_PREFIX) {
+    let own: Vec<&Path> = [Some(req.ledger.as_path()), req.config.as_deref()]
+        .into_iter()
+        .flatten()
+        .chain([req.quarantine_dir.as_path()])
+        .collect();
+    if let Some(why) = names::owned(&name, &req.dest, &own) {
         bail!(
-            "{}: that is one of roger's own files, not a checkpoint",
-            src.display()
+            "{}: cannot publish a checkpoint named {name:?} into {}: that name is roger's own there ({why}); nothing was touched (rename the checkpoint)",
+            src.display(),
+            req.dest.display()
         );
     }
     let layout = source::layout(&src)?;
@@ -303,14 +317,17 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     failpoint::hit("after_ledger");
     timings.commit += ms(t);
 
-    let pruned = match &req.retention {
-        Some(policy) => prune(&ledger, &req.run, policy, &target, clock).with_context(|| {
-            format!(
-                "{} is published and recorded, but retention failed",
-                target.display()
-            )
-        })?,
-        None => Vec::new(),
+    // Still under the publish lock.
+    let (pruned, kept) = match &req.retention {
+        Some(policy) => {
+            prune(&ledger, req, policy, &target, &sha256, clock).with_context(|| {
+                format!(
+                    "{} is published and recorded, but retention failed",
+                    target.display()
+                )
+            })?
+        }
+        None => Default::default(),
     };
     timings.total = ms(started);
     Ok(Outcome {
@@ -331,30 +348,48 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         free_before,
         cleaned,
         pruned,
+        kept,
         ledger: req.ledger.clone(),
         ledger_seq: rec.seq,
         timings_ms: timings,
     })
 }
 
-/// Apply retention: a prune record first (with its reason), then the removal.
+/// Apply retention (`retention::plan`, the rule `hygiene disk --prune` applies too): a prune
+/// record first (with its reason), then the removal. The checkpoint just published was
+/// verified from disk moments ago; any other candidate for the last good one is re-hashed.
 fn prune(
     ledger: &Ledger,
-    run: &str,
+    req: &Request,
     policy: &PublishConfig,
     latest: &Path,
+    sha256: &str,
     clock: &dyn Clock,
-) -> Result<Vec<Pruned>> {
+) -> Result<(Vec<Pruned>, Vec<retention::Protected>)> {
     let records = ledger.records()?;
-    let published = crate::checkpoints::published(&records, run);
     let dir = latest
         .parent()
         .context("a published checkpoint has a directory")?;
+    let guard = retention::Guard {
+        latest: Some(latest.to_path_buf()),
+        rollback_margin: req.rollback_margin,
+    };
+    let mut verifies = |c: &crate::checkpoints::Checkpoint| {
+        if c.path == latest && c.sha256 == sha256 {
+            Ok(())
+        } else {
+            crate::checkpoints::verify_on_disk(c)
+        }
+    };
+    let plan = retention::plan(&records, &req.run, dir, policy, &guard, &mut verifies);
+    for k in &plan.spared {
+        tracing::info!("retention keeps {}: {}", k.path.display(), k.why);
+    }
     let mut out = Vec::new();
-    for c in retention::plan(&published, dir, policy, &[latest.to_path_buf()]) {
+    for c in plan.candidates {
         let path = c.checkpoint.path;
         ledger.append(
-            Entry::new(Kind::Prune, "publish", run)
+            Entry::new(Kind::Prune, "publish", &req.run)
                 .step(c.checkpoint.step)
                 .field("path", path.display().to_string())
                 .field("size", c.checkpoint.size)
@@ -373,7 +408,7 @@ fn prune(
             error,
         });
     }
-    Ok(out)
+    Ok((out, plan.spared))
 }
 
 /// A published checkpoint re-hashed from disk (cache dropped first), for `--verify`.

@@ -13,6 +13,59 @@ pub const PREV_PREFIX: &str = ".roger-prev-";
 pub const LOCK_FILE: &str = ".roger-publish.lock";
 pub const REJECTED_DIR: &str = ".roger-rejected";
 
+/// Why `name` may not be published into `dest`: it is one of the names roger owns there
+/// (its ledger, the ledger's lock or temp names, latest.json, staging / set-aside / lock /
+/// quarantine names, the config, the evidence dir), compared without case (a case-insensitive
+/// filesystem would replace them too). `own` are this publish's ledger, config and
+/// quarantine dir: their first component inside `dest`, when they live there, is owned too.
+pub fn owned(name: &str, dest: &Path, own: &[&Path]) -> Option<String> {
+    let lower = name.to_ascii_lowercase();
+    let fixed: [(bool, &str); 5] = [
+        (
+            lower.starts_with(".roger"),
+            "roger's staging, set-aside, lock and quarantine names start with .roger",
+        ),
+        (lower == super::manifest::FILE, "the checkpoint manifest"),
+        (
+            lower.starts_with(crate::ledger::DEFAULT_FILE),
+            "the default ledger's name (and its lock and temporary names)",
+        ),
+        (
+            lower == crate::config::DEFAULT_FILE,
+            "the default config file's name",
+        ),
+        (
+            lower == "roger-evidence",
+            "where kill evidence is kept beside a ledger",
+        ),
+    ];
+    if let Some((_, why)) = fixed.iter().find(|(hit, _)| *hit) {
+        return Some(why.to_string());
+    }
+    let dest = resolved(dest);
+    own.iter().find_map(|p| {
+        let rel = resolved(p);
+        let first = rel.strip_prefix(&dest).ok()?.components().next()?;
+        let first = first.as_os_str().to_str()?.to_ascii_lowercase();
+        (lower == first
+            || (lower.starts_with(&first) && p.parent().map(resolved) == Some(dest.clone())))
+        .then(|| format!("{} lives there", p.display()))
+    })
+}
+
+/// Absolute, with symlinks in the longest existing prefix resolved (the file itself may not
+/// exist yet).
+fn resolved(p: &Path) -> std::path::PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    if let Ok(c) = std::fs::canonicalize(&abs) {
+        return c;
+    }
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => resolved(parent).join(name),
+        _ => abs,
+    }
+}
+
 /// The step a checkpoint's name carries: `ckpt-12000.pt`, `checkpoint-12000/`, `step_12000`,
 /// `model_step12000.safetensors`, `epoch=3-step=12000.ckpt`, `global_step12000`,
 /// `iter_0012000`, `12000.pt`. An explicit `step` wins over a bare number.
@@ -85,6 +138,59 @@ mod tests {
         for (name, want) in cases {
             assert_eq!(step_from_name(name), want, "{name}");
         }
+    }
+
+    /// Issue 10 item 9: every name roger owns in a destination is refused.
+    #[test]
+    fn names_roger_owns_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("ck");
+        std::fs::create_dir(&dest).unwrap();
+        let ledger = dest.join("my-ledger.jsonl");
+        let config = dir.path().join("roger.toml");
+        let quarantine = dest.join("q").join("items");
+        let own: [&Path; 3] = [&ledger, &config, &quarantine];
+        for name in [
+            "roger-ledger.jsonl",
+            "Roger-Ledger.jsonl",
+            "roger-ledger.jsonl.lock",
+            "latest.json",
+            "LATEST.json",
+            ".roger-publish.lock",
+            ".roger-staging-1-2-ckpt.pt",
+            ".roger-prev-ckpt.pt",
+            ".roger-rejected",
+            ".roger",
+            ".roger-quarantine",
+            "roger.toml",
+            "roger-evidence",
+            "my-ledger.jsonl",
+            "my-ledger.jsonl.lock",
+            "q",
+        ] {
+            assert!(owned(name, &dest, &own).is_some(), "{name}");
+        }
+        for name in [
+            "ckpt-100.pt",
+            "last.ckpt",
+            "latest.pt",
+            "ledger.jsonl",
+            "roger.pt",
+            "items",
+            "q2",
+            "checkpoint-5",
+        ] {
+            assert_eq!(owned(name, &dest, &own), None, "{name}");
+        }
+        // The config is not in the destination: its own name is free there.
+        let elsewhere = dir.path().join("other.toml");
+        assert_eq!(owned("other.toml", &dest, &[&elsewhere]), None);
+        let inside = dest.join("other.toml");
+        assert!(owned("other.toml", &dest, &[&inside]).is_some());
+        // Through a relative or symlinked destination too.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&dest, &link).unwrap();
+        assert!(owned("my-ledger.jsonl", &link, &own).is_some());
     }
 
     #[test]
