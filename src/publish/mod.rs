@@ -320,12 +320,13 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     // Still under the publish lock.
     let (pruned, kept) = match &req.retention {
         Some(policy) => {
-            prune(&ledger, req, policy, &target, &sha256, clock).with_context(|| {
-                format!(
-                    "{} is published and recorded, but retention failed",
-                    target.display()
-                )
-            })?
+            retention::apply::after_publish(&ledger, req, policy, &target, &sha256, clock)
+                .with_context(|| {
+                    format!(
+                        "{} is published and recorded, but retention failed",
+                        target.display()
+                    )
+                })?
         }
         None => Default::default(),
     };
@@ -353,62 +354,6 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         ledger_seq: rec.seq,
         timings_ms: timings,
     })
-}
-
-/// Apply retention (`retention::plan`, the rule `hygiene disk --prune` applies too): a prune
-/// record first (with its reason), then the removal. The checkpoint just published was
-/// verified from disk moments ago; any other candidate for the last good one is re-hashed.
-fn prune(
-    ledger: &Ledger,
-    req: &Request,
-    policy: &PublishConfig,
-    latest: &Path,
-    sha256: &str,
-    clock: &dyn Clock,
-) -> Result<(Vec<Pruned>, Vec<retention::Protected>)> {
-    let records = ledger.records()?;
-    let dir = latest
-        .parent()
-        .context("a published checkpoint has a directory")?;
-    let guard = retention::Guard {
-        latest: Some(latest.to_path_buf()),
-        rollback_margin: req.rollback_margin,
-    };
-    let mut verifies = |c: &crate::checkpoints::Checkpoint| {
-        if c.path == latest && c.sha256 == sha256 {
-            Ok(())
-        } else {
-            crate::checkpoints::verify_on_disk(c)
-        }
-    };
-    let plan = retention::plan(&records, &req.run, dir, policy, &guard, &mut verifies);
-    for k in &plan.spared {
-        tracing::info!("retention keeps {}: {}", k.path.display(), k.why);
-    }
-    let mut out = Vec::new();
-    for c in plan.candidates {
-        let path = c.checkpoint.path;
-        ledger.append(
-            Entry::new(Kind::Prune, "publish", &req.run)
-                .step(c.checkpoint.step)
-                .field("path", path.display().to_string())
-                .field("size", c.checkpoint.size)
-                .field("reason", &c.reason),
-            clock.now(),
-        )?;
-        let error = place::remove_any(&path).err().map(|e| format!("{e:#}"));
-        if let Some(e) = &error {
-            tracing::warn!("pruning {}: {e}", path.display());
-        }
-        out.push(Pruned {
-            path,
-            size: c.checkpoint.size,
-            step: c.checkpoint.step,
-            reason: c.reason,
-            error,
-        });
-    }
-    Ok((out, plan.spared))
 }
 
 /// A published checkpoint re-hashed from disk (cache dropped first), for `--verify`.
