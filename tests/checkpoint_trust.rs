@@ -305,3 +305,121 @@ fn names_roger_owns_in_the_destination_are_refused() {
     custom.run(&["ledger", "verify"]).expect(0);
     assert_eq!(env.read("roger-ledger.jsonl"), before_ledger);
 }
+
+/// `cargo build --example fake_train` once; its path beside the roger binary.
+fn fake_train() -> std::path::PathBuf {
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    BUILD.call_once(|| {
+        let st = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--example", "fake_train"])
+            .current_dir(crate::util::repo_root())
+            .status()
+            .expect("running cargo build --example fake_train");
+        assert!(st.success(), "building fake_train failed");
+    });
+    let p = crate::util::roger_bin()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("fake_train");
+    assert!(p.exists(), "{} missing", p.display());
+    p
+}
+
+/// Item 7 end to end: the real critic daemon reads a NaN run in reads far longer than its
+/// window; the watch rolls back to the checkpoint before the onset (step 80), not to one the
+/// diverged run saved, and says `diverged_at` 80.
+#[test]
+fn a_watched_nan_run_rolls_back_to_before_its_onset() {
+    let env = Env::new();
+    env.write(
+        "roger.toml",
+        "[run]\nname = \"r\"\nlog = \"train.jsonl\"\ncheckpoint_dir = \"ck\"\n\n[publish]\nkeep_last = 50\n\n[gpu]\nsource = \"none\"\n\n[watch]\ninterval = \"100ms\"\nhysteresis = 2\ngrace = \"2s\"\nstale = \"20s\"\nbackoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\nrollback_on = [\"loss\"]\n\n[[phase]]\nname = \"all\"\nfrom = 0\nwindow = 10\n",
+    );
+    let train = fake_train();
+    let cfg = env.path("roger.toml").display().to_string();
+    let watch_args: Vec<String> = [
+        "watch",
+        "--",
+        train.to_str().unwrap(),
+        "--log",
+        env.path("train.jsonl").to_str().unwrap(),
+        "--ckpt-dir",
+        env.path("ck").to_str().unwrap(),
+        "--config",
+        &cfg,
+        "--steps",
+        "400",
+        "--step-ms",
+        "10",
+        "--save-every",
+        "10",
+        "--nan-at",
+        "80",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let refs: Vec<&str> = watch_args.iter().map(String::as_str).collect();
+    let mut w = env.cmd(&refs);
+    w.env("ROGER_BIN", crate::util::roger_bin())
+        .env_remove("SLURM_RESTART_COUNT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut watch = w.spawn().unwrap();
+    // The critic reads every 2 s: each read covers far more new steps than the window of 10.
+    let mut c = env.cmd(&["critic", "--daemon", "--interval", "2s"]);
+    c.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut critic = c.spawn().unwrap();
+    let t0 = Instant::now();
+    let relaunch = loop {
+        if let Some(r) = records(&env).into_iter().find(|r| r.kind == Kind::Relaunch) {
+            break Some(r);
+        }
+        if t0.elapsed() > Duration::from_secs(120) || watch.try_wait().unwrap().is_some() {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for child in [&mut watch, &mut critic] {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    let _ = critic.wait();
+    let t1 = Instant::now();
+    while watch.try_wait().unwrap().is_none() && t1.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let recs = records(&env);
+    let relaunch = relaunch.unwrap_or_else(|| {
+        panic!(
+            "no relaunch; ledger kinds: {:?}",
+            recs.iter().map(|r| r.kind).collect::<Vec<_>>()
+        )
+    });
+    let trigger = recs
+        .iter()
+        .find(|r| r.kind == Kind::Verdict && r.str_field("status") == Some("fail"))
+        .unwrap();
+    let first_fail_step = trigger.step.unwrap();
+    assert!(
+        first_fail_step >= 80,
+        "the first fail is at step {first_fail_step}"
+    );
+    assert_eq!(
+        relaunch.u64_field("diverged_at"),
+        Some(80),
+        "first fail verdict at step {first_fail_step}: {:#}",
+        trigger.get("checks").unwrap()
+    );
+    assert_eq!(
+        relaunch.u64_field("ckpt_step"),
+        Some(70),
+        "{:?}",
+        relaunch.fields
+    );
+}
