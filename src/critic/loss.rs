@@ -211,6 +211,17 @@ pub fn loss_spike(obs: &Observation) -> Option<CheckResult> {
         (n, first, base, limit)
     };
     let (last_step, last) = *series.last().expect("non-empty");
+    // A run that began before the window (it fills it, and lifts the window's median with
+    // it): the history's record, with the median from before the run.
+    let (n, first, base, limit) = match obs.onsets.spike {
+        Some(r) if r.since < series[0].0 && last > factor * r.base.0 => (
+            r.samples as usize,
+            Some(r.since),
+            r.base.0,
+            factor * r.base.0,
+        ),
+        _ => (n, first, base, limit),
+    };
     let observed = json!({"step": last_step, "loss": num(last), "median": num(base), "run": n});
     let expected = json!({"factor": factor, "max": num(limit)});
     let r = match n {
@@ -242,6 +253,8 @@ pub fn loss_spike(obs: &Observation) -> Option<CheckResult> {
 #[cfg(test)]
 mod tests {
     use super::super::checks::tests::obs_with;
+    use super::super::onset::SpikeRun;
+    use super::super::Num;
     use super::*;
 
     fn losses(vals: &[f64]) -> Observation {
@@ -303,6 +316,34 @@ mod tests {
             samples: 4,
         });
         assert_eq!(loss(&o).unwrap().diverged_at, Some(90));
+    }
+
+    /// A spike that lasts longer than the window must not fade into a pass (which would clear
+    /// the fail and make the diverged checkpoints good again).
+    #[test]
+    fn a_spike_longer_than_the_window_still_fails_from_its_onset() {
+        let mut o = losses(&[6.0; 10]);
+        o.onsets.spike = Some(SpikeRun {
+            since: 40,
+            samples: 16,
+            base: Num(3.0),
+        });
+        let r = loss_spike(&o).unwrap();
+        assert_eq!(
+            (r.status, r.diverged_at),
+            (Status::Fail, Some(40)),
+            "{}",
+            r.reason
+        );
+        assert!(
+            r.reason.contains("for 16 samples since step 40"),
+            "{}",
+            r.reason
+        );
+        // The spike ended: the window decides again.
+        let mut o = losses(&[6.0, 6.0, 6.0, 3.0]);
+        o.onsets.spike = None;
+        assert_ne!(loss_spike(&o).unwrap().status, Status::Fail);
     }
 
     #[test]

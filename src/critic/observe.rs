@@ -3,7 +3,7 @@
 //! and when the step last advanced; [`observe`] cuts the phase's window out of it with the
 //! thresholds that apply. [`read_vram`] asks the GPU when the log carries no VRAM.
 
-use super::onset::Tracker;
+use super::onset::{PhaseRule, Rules, Tracker};
 use super::{EvalPoint, GpuVram, Num, ObsSample, Observation, Quiet, Settings, Thresholds};
 use crate::config::Config;
 use crate::gpu::GpuReader;
@@ -35,12 +35,20 @@ impl History {
         let widest = cfg.phases.iter().map(|p| p.window).max().unwrap_or(50);
         History {
             cap: widest.max(64) + 8,
-            onsets: Tracker::new(
-                cfg.phases
+            onsets: Tracker::new(Rules {
+                phases: cfg
+                    .phases
                     .iter()
-                    .map(|p| (p.from, p.to, p.loss.map(|b| [b.lo, b.hi])))
+                    .map(|p| PhaseRule {
+                        from: p.from,
+                        to: p.to,
+                        band: p.loss.map(|b| [b.lo, b.hi]),
+                        spike: p.loss_spike,
+                        window: p.window,
+                    })
                     .collect(),
-            ),
+                min_samples: cfg.critic.min_samples,
+            }),
             ..Default::default()
         }
     }
@@ -55,17 +63,17 @@ impl History {
         match self.last_step {
             Some(last) if s.step < last => {
                 // A resume from an earlier checkpoint: the steps after it never happened.
-                let mut dropped = 0;
+                let mut dropped = Vec::new();
                 while self.samples.back().is_some_and(|b| b.step >= s.step) {
                     let b = self.samples.pop_back().expect("checked");
-                    dropped += usize::from(b.get(LOSS).is_some());
+                    dropped.extend(b.get(LOSS));
                 }
                 let kept: Vec<(u64, f64)> = self
                     .samples
                     .iter()
                     .filter_map(|r| r.get(LOSS).map(|l| (r.step, l)))
                     .collect();
-                self.onsets.rewind(s.step, dropped, &kept);
+                self.onsets.rewind(s.step, &dropped, &kept);
                 self.evals.retain(|e| e.step <= s.step);
                 self.last_step = Some(s.step);
                 self.advanced_at = s.time;
@@ -115,10 +123,10 @@ impl History {
     /// A snapshot log (trainer_state.json) was re-read: start over from it.
     pub fn replace(&mut self, samples: Vec<Record>) {
         let garbage = self.garbage_total;
-        let bands = std::mem::take(&mut self.onsets);
+        let rules = std::mem::take(&mut self.onsets).into_rules();
         *self = History {
             cap: self.cap,
-            onsets: Tracker::new(bands.into_bands()),
+            onsets: Tracker::new(rules),
             garbage_total: garbage,
             ..Default::default()
         };
@@ -354,6 +362,32 @@ mod tests {
         let o = observe(&h, &c, 501.0, None);
         assert_eq!(o.onsets.nonfinite.map(|r| r.since), Some(80));
         assert_eq!(crate::critic::judge(&o).diverged_at(), Some(80));
+    }
+
+    /// A loss spike longer than the window still fails, from where it began.
+    #[test]
+    fn a_spike_longer_than_the_window_is_not_read_as_the_new_normal() {
+        let c = Config::parse(
+            "[run]\nname = \"t\"\n[[phase]]\nname = \"a\"\nfrom = 0\nwindow = 10\nloss_spike = 1.5\n",
+            std::path::Path::new("/x/roger.toml"),
+        )
+        .unwrap();
+        let mut h = History::new(&c);
+        for i in 0..100 {
+            h.push(s(i, if i < 50 { 3.0 } else { 6.0 }, i as f64));
+        }
+        let o = observe(&h, &c, 200.0, None);
+        let v = crate::critic::judge(&o);
+        let spike = v.checks.iter().find(|c| c.check == "loss_spike").unwrap();
+        assert_eq!(
+            spike.status,
+            crate::critic::Status::Fail,
+            "{}",
+            spike.reason
+        );
+        assert_eq!(spike.diverged_at, Some(50));
+        let back: Observation = serde_json::from_value(serde_json::to_value(&o).unwrap()).unwrap();
+        assert_eq!(crate::critic::judge(&back), v);
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! and how many samples followed; the observation archives it ([`Onsets`]) so `critic
 //! --replay` recomputes the same `diverged_at`.
 
+use super::Num;
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 
 /// A trailing run of bad samples: its first step and its length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,9 +16,18 @@ pub struct Run {
     pub samples: u64,
 }
 
+/// A trailing run of finite losses over `loss_spike` × `base`, the median of the phase's
+/// window before the run began (frozen, so a long run does not lift its own median).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SpikeRun {
+    pub since: u64,
+    pub samples: u64,
+    pub base: Num,
+}
+
 /// The trailing bad runs of the loss as of the newest sample; `None`: the newest is not bad
 /// that way.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Onsets {
     /// NaN or ±Inf.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -27,15 +38,34 @@ pub struct Onsets {
     /// Outside the `loss` band of the phase each sample is in (NaN included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub out_of_band: Option<Run>,
+    /// Over `loss_spike` × the median before it (non-finite samples neither extend nor end it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spike: Option<SpikeRun>,
 }
 
-/// (from, to, loss band) of each declared phase, in config order (the first match wins, as
-/// in `Config::phase_for`).
-pub type Bands = Vec<(u64, Option<u64>, Option<[f64; 2]>)>;
+/// What the tracker needs of a declared phase.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseRule {
+    pub from: u64,
+    pub to: Option<u64>,
+    pub band: Option<[f64; 2]>,
+    pub spike: Option<f64>,
+    pub window: usize,
+}
+
+/// The phases in config order (the first match wins, as in `Config::phase_for`) and
+/// `[critic] min_samples`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rules {
+    pub phases: Vec<PhaseRule>,
+    pub min_samples: usize,
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct Tracker {
-    bands: Bands,
+    rules: Rules,
+    /// The newest finite losses (step, loss), for the median before a spike.
+    recent: VecDeque<(u64, f64)>,
     pub now: Onsets,
 }
 
@@ -56,39 +86,85 @@ fn extend(run: Option<Run>, step: u64, bad: bool) -> Option<Run> {
 }
 
 impl Tracker {
-    pub fn new(bands: Bands) -> Tracker {
+    pub fn new(rules: Rules) -> Tracker {
         Tracker {
-            bands,
+            rules,
+            recent: VecDeque::new(),
             now: Onsets::default(),
         }
     }
 
-    fn band(&self, step: u64) -> Option<[f64; 2]> {
-        self.bands
+    pub fn into_rules(self) -> Rules {
+        self.rules
+    }
+
+    fn phase(&self, step: u64) -> Option<&PhaseRule> {
+        self.rules
+            .phases
             .iter()
-            .find(|(from, to, _)| step >= *from && to.is_none_or(|t| step < t))
-            .and_then(|b| b.2)
-    }
-
-    fn kinds(&self, step: u64, v: f64) -> [bool; 3] {
-        let out = self
-            .band(step)
-            .is_some_and(|[lo, hi]| !(lo..=hi).contains(&v));
-        [!v.is_finite(), v == 0.0, out]
-    }
-
-    pub fn into_bands(self) -> Bands {
-        self.bands
+            .find(|p| step >= p.from && p.to.is_none_or(|t| step < t))
     }
 
     /// One more loss sample, in log order.
     pub fn push(&mut self, step: u64, loss: f64) {
-        let [nf, zero, out] = self.kinds(step, loss);
+        let phase = self.phase(step).cloned();
+        let out = phase
+            .as_ref()
+            .and_then(|p| p.band)
+            .is_some_and(|[lo, hi]| !(lo..=hi).contains(&loss));
+        let spike = self.spike(step, loss, phase.as_ref());
         self.now = Onsets {
-            nonfinite: extend(self.now.nonfinite, step, nf),
-            zero: extend(self.now.zero, step, zero),
+            nonfinite: extend(self.now.nonfinite, step, !loss.is_finite()),
+            zero: extend(self.now.zero, step, loss == 0.0),
             out_of_band: extend(self.now.out_of_band, step, out),
+            spike,
         };
+        if loss.is_finite() {
+            self.recent.push_back((step, loss));
+            let cap = self
+                .rules
+                .phases
+                .iter()
+                .map(|p| p.window)
+                .max()
+                .unwrap_or(0);
+            while self.recent.len() > cap {
+                self.recent.pop_front();
+            }
+        }
+    }
+
+    /// The spike run after `loss`, as the `loss_spike` check sees one: over `factor` × the
+    /// median of the phase's window before it, once the window holds `min_samples` (at least
+    /// 3); a run keeps the median from before it.
+    fn spike(&self, step: u64, loss: f64, phase: Option<&PhaseRule>) -> Option<SpikeRun> {
+        if !loss.is_finite() {
+            return self.now.spike;
+        }
+        let p = phase?;
+        let factor = p.spike?;
+        if let Some(r) = self.now.spike {
+            return (loss > factor * r.base.0).then_some(SpikeRun {
+                samples: r.samples + 1,
+                ..r
+            });
+        }
+        let before: Vec<f64> = self
+            .recent
+            .iter()
+            .filter(|(s, _)| *s >= p.from && p.to.is_none_or(|t| *s < t))
+            .map(|(_, v)| *v)
+            .collect();
+        let before = &before[before.len().saturating_sub(p.window.saturating_sub(1))..];
+        if before.len() + 1 < self.rules.min_samples.max(3) {
+            return None;
+        }
+        let base = super::stats::median(before.iter().copied())?;
+        (loss > factor * base).then_some(SpikeRun {
+            since: step,
+            samples: 1,
+            base: Num(base),
+        })
     }
 
     /// A resume rewound the log to `step`: `dropped` losses (at or after it) never happened,
@@ -96,24 +172,35 @@ impl Tracker {
     /// `step` continues, shorter by what was dropped; otherwise the run is re-found in `kept`
     /// (when `kept` is all bad, it began at or before its first: the oldest retained step is
     /// the best known).
-    pub fn rewind(&mut self, step: u64, dropped: usize, kept: &[(u64, f64)]) {
-        let mut fresh = Tracker::new(std::mem::take(&mut self.bands));
+    pub fn rewind(&mut self, step: u64, dropped: &[f64], kept: &[(u64, f64)]) {
+        let mut fresh = Tracker::new(std::mem::take(&mut self.rules));
         for &(s, v) in kept {
             fresh.push(s, v);
         }
+        let all = dropped.len() as u64;
         let keep = |old: Option<Run>, new: Option<Run>| match old {
             Some(r) if r.since < step => Some(Run {
                 since: r.since,
-                samples: r.samples.saturating_sub(dropped as u64).max(1),
+                samples: r.samples.saturating_sub(all).max(1),
             }),
             _ => new,
+        };
+        let finite = dropped.iter().filter(|v| v.is_finite()).count() as u64;
+        let spike = match self.now.spike {
+            Some(r) if r.since < step => Some(SpikeRun {
+                samples: r.samples.saturating_sub(finite).max(1),
+                ..r
+            }),
+            _ => fresh.now.spike,
         };
         self.now = Onsets {
             nonfinite: keep(self.now.nonfinite, fresh.now.nonfinite),
             zero: keep(self.now.zero, fresh.now.zero),
             out_of_band: keep(self.now.out_of_band, fresh.now.out_of_band),
+            spike,
         };
-        self.bands = fresh.bands;
+        self.recent = fresh.recent;
+        self.rules = fresh.rules;
     }
 }
 
@@ -140,9 +227,66 @@ mod tests {
         Some(Run { since, samples })
     }
 
+    type Phase = (u64, Option<u64>, Option<[f64; 2]>, Option<f64>);
+
+    fn rules(phases: Vec<Phase>) -> Rules {
+        Rules {
+            phases: phases
+                .into_iter()
+                .map(|(from, to, band, spike)| PhaseRule {
+                    from,
+                    to,
+                    band,
+                    spike,
+                    window: 10,
+                })
+                .collect(),
+            min_samples: 5,
+        }
+    }
+
+    #[test]
+    fn a_spike_run_keeps_the_median_from_before_it() {
+        let mut t = Tracker::new(rules(vec![(0, None, None, Some(1.5))]));
+        for s in 0..3 {
+            t.push(s, 3.0);
+        }
+        t.push(3, 9.0);
+        assert_eq!(t.now.spike, None, "4 samples: fewer than min_samples");
+        let mut t = Tracker::new(rules(vec![(0, None, None, Some(1.5))]));
+        for s in 0..20 {
+            t.push(s, 3.0);
+        }
+        for s in 20..60 {
+            t.push(s, 6.0);
+            if s == 40 {
+                t.push(s, f64::NAN);
+            }
+        }
+        let r = t.now.spike.unwrap();
+        assert_eq!((r.since, r.samples, r.base), (20, 40, Num(3.0)));
+        t.push(60, 4.4);
+        assert_eq!(t.now.spike, None, "under 1.5 × 3");
+        // A rewind into the run keeps it, shorter by what was dropped.
+        let mut t = Tracker::new(rules(vec![(0, None, None, Some(1.5))]));
+        let series: Vec<(u64, f64)> = (0..60)
+            .map(|s| (s, if s < 20 { 3.0 } else { 6.0 }))
+            .collect();
+        for &(s, v) in &series {
+            t.push(s, v);
+        }
+        t.rewind(50, &[6.0; 10], &series[..50]);
+        assert_eq!(t.now.spike.map(|r| (r.since, r.samples)), Some((20, 30)));
+        t.rewind(10, &[6.0; 40], &series[..10]);
+        assert_eq!(t.now.spike, None);
+    }
+
     #[test]
     fn runs_start_at_the_first_bad_step_since_the_last_good_one() {
-        let mut t = Tracker::new(vec![(0, Some(100), Some([1.0, 5.0])), (100, None, None)]);
+        let mut t = Tracker::new(rules(vec![
+            (0, Some(100), Some([1.0, 5.0]), None),
+            (100, None, None, None),
+        ]));
         for s in 0..80 {
             t.push(s, 3.0);
         }
@@ -164,7 +308,7 @@ mod tests {
 
     #[test]
     fn a_rewind_keeps_a_run_begun_before_it_and_refinds_the_rest() {
-        let bands = vec![(0, None, Some([1.0, 5.0]))];
+        let bands = rules(vec![(0, None, Some([1.0, 5.0]), None)]);
         let mut t = Tracker::new(bands.clone());
         let series: Vec<(u64, f64)> = (0..50)
             .map(|s| (s, if s >= 20 { f64::NAN } else { 3.0 }))
@@ -173,10 +317,14 @@ mod tests {
             t.push(s, v);
         }
         // Resumed at 30: 30..49 (20 samples) never happened; the run from 20 stays.
-        t.rewind(30, 20, &series[..30]);
+        t.rewind(30, &[f64::NAN; 20], &series[..30]);
         assert_eq!(t.now.nonfinite, run(20, 10));
         // Resumed at 10: the run is gone; what is kept decides (all good).
-        t.rewind(10, 20, &series[..10]);
+        t.rewind(
+            10,
+            &series[10..].iter().map(|p| p.1).collect::<Vec<_>>(),
+            &series[..10],
+        );
         assert_eq!(t.now, Onsets::default());
         // A run that ended before the rewind point is found again in what is kept.
         let mut t = Tracker::new(bands);
@@ -184,7 +332,7 @@ mod tests {
         for &(s, v) in &s2 {
             t.push(s, v);
         }
-        t.rewind(4, 2, &s2[..3]);
+        t.rewind(4, &[3.0, 3.0], &s2[..3]);
         assert_eq!(t.now.zero, run(2, 2));
     }
 
