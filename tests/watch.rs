@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 static BUILD: Once = Once::new();
 
 /// `cargo build --example fake_train` once per test binary; its path beside the roger binary.
-fn fake_train() -> PathBuf {
+pub(crate) fn fake_train() -> PathBuf {
     BUILD.call_once(|| {
         let st = Command::new(env!("CARGO"))
             .args(["build", "--quiet", "--example", "fake_train"])

@@ -25,6 +25,8 @@ pub struct ProcStat {
     pub pgrp: u32,
     /// utime + stime, seconds.
     pub cpu_s: f64,
+    /// cutime + cstime, seconds: the CPU time of the children it has waited for (and theirs).
+    pub children_cpu_s: f64,
     /// rchar + wchar from /proc/PID/io (None when not readable).
     pub io_bytes: Option<u64>,
     /// The wait status of a zombie (field 52), as waitpid reports it.
@@ -123,6 +125,9 @@ pub fn parse_stat(text: &str, ticks_per_s: f64) -> Option<ProcStat> {
     let state = field(3)?.chars().next()?;
     let utime = num(14)?;
     let stime = num(15)?;
+    // Signed in the kernel's format; never negative in practice.
+    let signed = |n: usize| field(n).and_then(|s| s.parse::<i64>().ok());
+    let children = signed(16)?.max(0) as u64 + signed(17)?.max(0) as u64;
     Some(ProcStat {
         id: ProcId {
             pid,
@@ -132,6 +137,7 @@ pub fn parse_stat(text: &str, ticks_per_s: f64) -> Option<ProcStat> {
         ppid: num(4)? as u32,
         pgrp: num(5)? as u32,
         cpu_s: (utime + stime) as f64 / ticks_per_s,
+        children_cpu_s: children as f64 / ticks_per_s,
         io_bytes: None,
         exit_status: if state == 'Z' {
             field(52).and_then(|s| s.parse::<i32>().ok())
@@ -217,6 +223,7 @@ impl FakeProc {
             ppid: parent,
             pgrp,
             cpu_s,
+            children_cpu_s: 0.0,
             io_bytes: Some(io),
             exit_status: None,
         };
@@ -260,6 +267,8 @@ mod tests {
         fields[2] = "42"; // pgrp
         fields[11] = "250"; // utime (14)
         fields[12] = "50"; // stime (15)
+        fields[13] = "100"; // cutime (16)
+        fields[14] = "-1"; // cstime (17), signed
         fields[19] = "777"; // starttime (22)
         let text = format!("42 (python (x) y) {}", fields.join(" "));
         let st = parse_stat(&text, 100.0).unwrap();
@@ -272,6 +281,7 @@ mod tests {
         );
         assert_eq!((st.state, st.ppid, st.pgrp), ('S', 10, 42));
         assert!((st.cpu_s - 3.0).abs() < 1e-9);
+        assert!((st.children_cpu_s - 1.0).abs() < 1e-9);
         assert_eq!(st.exit_status, None);
     }
 
