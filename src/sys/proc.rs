@@ -1,7 +1,8 @@
 //! The run's own /proc entries: stat (state, CPU time, start time, exit code), io, and the
 //! children lists. Only the run's PIDs are read each tick, never the whole process table
 //! (the one exception, [`ProcFs::group_members`], runs once when cleaning up after an
-//! attached run). Signals go out only after an identity check (pid + start time).
+//! attached run). Signals go out only after an identity check (pid + start time), through a
+//! pidfd where the kernel has one.
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -189,19 +190,97 @@ pub fn same_process(src: &dyn ProcSource, id: ProcId) -> bool {
     matches!(src.stat(id.pid), Ok(Some(st)) if st.id.start == id.start)
 }
 
+/// How a checked signal went out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// pidfd_send_signal on a pidfd opened before the identity check: race-free.
+    Pidfd,
+    /// kill(2) right after the identity check (kernels before 5.3, or pidfd refused).
+    Kill,
+}
+
 /// Send `sig` to `id` only if it is still the same process. Returns whether it was sent.
 pub fn signal_checked(
     src: &dyn ProcSource,
     id: ProcId,
     sig: nix::sys::signal::Signal,
 ) -> Result<bool> {
+    Ok(signal_checked_via(src, id, sig)?.is_some())
+}
+
+/// [`signal_checked`], saying how the signal went out (None: not sent, the process is gone
+/// or its pid now belongs to another process).
+///
+/// With a pidfd the check has no race: the pidfd pins the process that held the pid when it
+/// was opened, and a pid is never reused while its process exists, so a start time that still
+/// matches after the open proves the pidfd is ours. kill(2) after the check leaves a window
+/// of microseconds in which the pid could be recycled; it is the fallback only.
+pub fn signal_checked_via(
+    src: &dyn ProcSource,
+    id: ProcId,
+    sig: nix::sys::signal::Signal,
+) -> Result<Option<Via>> {
+    match pidfd_open(id.pid) {
+        Ok(fd) => {
+            if !same_process(src, id) {
+                return Ok(None);
+            }
+            match pidfd_send_signal(&fd, sig) {
+                Ok(()) => return Ok(Some(Via::Pidfd)),
+                Err(nix::errno::Errno::ESRCH) => return Ok(None),
+                // Seccomp or a kernel with pidfd_open but a refused send: use kill(2).
+                Err(nix::errno::Errno::ENOSYS | nix::errno::Errno::EPERM) => {}
+                Err(e) => return Err(anyhow::anyhow!("sending {sig} to pid {}: {e}", id.pid)),
+            }
+        }
+        Err(nix::errno::Errno::ESRCH) => return Ok(None),
+        // ENOSYS (before Linux 5.3), EPERM/EACCES under seccomp, EINVAL: use kill(2).
+        Err(_) => {}
+    }
     if !same_process(src, id) {
-        return Ok(false);
+        return Ok(None);
     }
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(id.pid as i32), sig) {
-        Ok(()) => Ok(true),
-        Err(nix::errno::Errno::ESRCH) => Ok(false),
+        Ok(()) => Ok(Some(Via::Kill)),
+        Err(nix::errno::Errno::ESRCH) => Ok(None),
         Err(e) => Err(anyhow::anyhow!("sending {sig} to pid {}: {e}", id.pid)),
+    }
+}
+
+fn pidfd_open(pid: u32) -> std::result::Result<std::os::fd::OwnedFd, nix::errno::Errno> {
+    use std::os::fd::FromRawFd;
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return Err(nix::errno::Errno::ESRCH);
+    };
+    // SAFETY: pidfd_open takes a pid and flags; on success it returns a new fd we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0 as libc::c_uint) };
+    if fd < 0 {
+        return Err(nix::errno::Errno::last());
+    }
+    // SAFETY: fd is a fresh descriptor returned by the kernel, owned by nobody else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn pidfd_send_signal(
+    fd: &std::os::fd::OwnedFd,
+    sig: nix::sys::signal::Signal,
+) -> std::result::Result<(), nix::errno::Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0 as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        Err(nix::errno::Errno::last())
+    } else {
+        Ok(())
     }
 }
 
@@ -328,6 +407,37 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(fs.stat(child.id()).unwrap().is_none());
+    }
+
+    #[test]
+    fn signals_go_through_a_pidfd_and_never_to_a_recycled_pid() {
+        let fs = ProcFs::default();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let id = fs.stat(child.id()).unwrap().unwrap().id;
+        let wrong = ProcId {
+            start: id.start + 1,
+            ..id
+        };
+        use nix::sys::signal::Signal;
+        assert_eq!(
+            signal_checked_via(&fs, wrong, Signal::SIGKILL).unwrap(),
+            None
+        );
+        assert!(
+            same_process(&fs, id),
+            "a different start time is not signalled"
+        );
+        let via = signal_checked_via(&fs, id, Signal::SIGKILL).unwrap();
+        // pidfd_open is Linux 5.3+; older kernels take the kill(2) path.
+        let has_pidfd = pidfd_open(std::process::id()).is_ok();
+        assert_eq!(via, Some(if has_pidfd { Via::Pidfd } else { Via::Kill }));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(9));
+        // Reaped: gone, not sent.
+        assert_eq!(signal_checked_via(&fs, id, Signal::SIGKILL).unwrap(), None);
     }
 
     #[test]
