@@ -164,8 +164,18 @@ impl Run {
     pub fn observe(&mut self, fs: &dyn ProcSource) -> Result<ProcObs, String> {
         let exit = self.poll_exit(fs);
         let tree = self.read_tree(fs).map_err(|e| format!("{e:#}"))?;
+        let mut live: Vec<u32> = tree
+            .iter()
+            .filter(|st| st.state != 'Z' && st.state != 'X')
+            .map(|st| st.id.pid)
+            .collect();
+        live.sort_unstable();
+        let cg = match exit {
+            None => crate::sys::cgroup::own_usage(self.main.pid, &live),
+            Some(_) => None,
+        };
         // The work is read before roger reaps anything, so a defunct entry's reading is final.
-        self.work.update(&tree, std::process::id());
+        self.work.update(&tree, std::process::id(), cg);
         self.reap_ours(&tree);
         let main_stat = tree
             .iter()

@@ -8,7 +8,12 @@
 //! since then is new — or reaped by roger from a defunct entry whose final usage was read, or
 //! neither: then its final usage is unknown and the window is counted as `lost`, which the
 //! sentinel reads as "unknown", never as idle.
+//!
+//! When the run has a cgroup of its own at both ends of a window, its `cpu.stat` (and
+//! `io.stat`) counted every process of the run, exited or not: the window's work is at least
+//! the cgroup's, and nothing in it is lost.
 
+use crate::sys::cgroup::CgUsage;
 use crate::sys::proc::{ProcId, ProcStat};
 use std::collections::BTreeMap;
 
@@ -35,6 +40,7 @@ impl Seen {
 #[derive(Debug, Default)]
 pub struct Work {
     last: BTreeMap<ProcId, Seen>,
+    last_cg: Option<CgUsage>,
     started: bool,
     /// CPU seconds of work done by the run since the first reading (monotone).
     pub cpu_s: f64,
@@ -49,8 +55,10 @@ pub struct Work {
 impl Work {
     /// Account the window since the last reading. `tree` is every process of the run now,
     /// defunct ones included; `reaper` is roger's pid (defunct children of roger are reaped
-    /// by it right after this reading, so their reading is final).
-    pub fn update(&mut self, tree: &[ProcStat], reaper: u32) {
+    /// by it right after this reading, so their reading is final); `cg` the run's own
+    /// cgroup's counters when it has one this sample.
+    pub fn update(&mut self, tree: &[ProcStat], reaper: u32, cg: Option<CgUsage>) {
+        let lost_before = self.lost;
         let now: BTreeMap<ProcId, Seen> = tree
             .iter()
             .map(|st| {
@@ -66,6 +74,7 @@ impl Work {
                 )
             })
             .collect();
+        let last_cg = std::mem::replace(&mut self.last_cg, cg);
         if !self.started {
             self.started = true;
             self.io_known = now.values().all(|s| s.io.is_some());
@@ -131,6 +140,18 @@ impl Work {
                 None => io_known = false,
             }
         }
+        if let (Some(a), Some(b)) = (last_cg, cg) {
+            cpu = cpu.max(b.cpu_s - a.cpu_s);
+            if let (Some(x), Some(y)) = (a.io_bytes, b.io_bytes) {
+                io = if io_known {
+                    io.max(y.saturating_sub(x))
+                } else {
+                    y.saturating_sub(x)
+                };
+                io_known = true;
+            }
+            self.lost = lost_before;
+        }
         self.cpu_s += cpu;
         self.io_bytes += io;
         self.io_known = io_known;
@@ -168,12 +189,14 @@ mod tests {
         w.update(
             &[st(10, ROGER, 'S', 0.1, 0.0), st(11, 10, 'R', 1.0, 0.0)],
             ROGER,
+            None,
         );
         // Worker 11 used 1.0 s more, exited and was reaped (bash's cutime +2.0); worker 12
         // started and used 0.9 s. One core busy for the window: 1.9 s of work.
         w.update(
             &[st(10, ROGER, 'S', 0.1, 2.0), st(12, 10, 'R', 0.9, 0.0)],
             ROGER,
+            None,
         );
         assert!((w.cpu_s - 1.9).abs() < 1e-9, "{}", w.cpu_s);
         assert_eq!(w.lost, 0);
@@ -192,9 +215,10 @@ mod tests {
                 st(12, 11, 'R', 0.5, 0.0),
             ],
             ROGER,
+            None,
         );
         // The spinner ends at 1.0 s, timeout reaps it and exits, sh reaps timeout.
-        w.update(&[st(10, ROGER, 'S', 0.0, 1.0)], ROGER);
+        w.update(&[st(10, ROGER, 'S', 0.0, 1.0)], ROGER, None);
         assert!((w.cpu_s - 0.5).abs() < 1e-9, "{}", w.cpu_s);
         assert_eq!(w.lost, 0);
     }
@@ -205,16 +229,17 @@ mod tests {
         w.update(
             &[st(10, ROGER, 'S', 0.0, 0.0), st(11, 10, 'R', 1.0, 0.0)],
             ROGER,
+            None,
         );
         // 11 is gone but 10's children time did not grow: reaped elsewhere (init).
-        w.update(&[st(10, ROGER, 'S', 0.0, 0.0)], ROGER);
+        w.update(&[st(10, ROGER, 'S', 0.0, 0.0)], ROGER, None);
         assert_eq!(w.lost, 1);
         assert_eq!(w.cpu_s, 0.0);
         assert!(!w.io_known);
         // With no surviving ancestor at all, the same.
         let mut w = Work::default();
-        w.update(&[st(11, 7, 'R', 1.0, 0.0)], ROGER);
-        w.update(&[], ROGER);
+        w.update(&[st(11, 7, 'R', 1.0, 0.0)], ROGER, None);
+        w.update(&[], ROGER, None);
         assert_eq!(w.lost, 1);
     }
 
@@ -224,15 +249,45 @@ mod tests {
         w.update(
             &[st(10, ROGER, 'S', 0.0, 0.0), st(20, ROGER, 'R', 1.0, 0.0)],
             ROGER,
+            None,
         );
         // Orphan 20 exits: roger reads its defunct entry (final 1.5 s), then reaps it.
         w.update(
             &[st(10, ROGER, 'S', 0.0, 0.0), st(20, ROGER, 'Z', 1.5, 0.0)],
             ROGER,
+            None,
         );
-        w.update(&[st(10, ROGER, 'S', 0.0, 0.0)], ROGER);
+        w.update(&[st(10, ROGER, 'S', 0.0, 0.0)], ROGER, None);
         assert!((w.cpu_s - 0.5).abs() < 1e-9);
         assert_eq!(w.lost, 0);
+    }
+
+    #[test]
+    fn the_runs_own_cgroup_accounts_for_processes_reaped_elsewhere() {
+        let cg = |cpu_s: f64| {
+            Some(CgUsage {
+                cpu_s,
+                io_bytes: None,
+            })
+        };
+        let mut w = Work::default();
+        w.update(
+            &[st(10, ROGER, 'S', 0.0, 0.0), st(11, 10, 'R', 1.0, 0.0)],
+            ROGER,
+            cg(1.0),
+        );
+        // 11 used 0.8 s more and was reaped outside the run: the cgroup still counted it.
+        w.update(&[st(10, ROGER, 'S', 0.0, 0.0)], ROGER, cg(1.8));
+        assert_eq!(w.lost, 0);
+        assert!((w.cpu_s - 0.8).abs() < 1e-9, "{}", w.cpu_s);
+        // Without the cgroup at one end of the window, the same is lost.
+        w.update(
+            &[st(10, ROGER, 'S', 0.0, 0.0), st(12, 10, 'R', 0.1, 0.0)],
+            ROGER,
+            None,
+        );
+        w.update(&[st(10, ROGER, 'S', 0.0, 0.0)], ROGER, cg(2.5));
+        assert_eq!(w.lost, 1);
     }
 
     #[test]
@@ -241,11 +296,12 @@ mod tests {
         w.update(
             &[st(10, ROGER, 'S', 0.0, 0.0), st(11, 10, 'R', 5.0, 0.0)],
             ROGER,
+            None,
         );
         let mut recycled = st(11, 10, 'R', 0.2, 0.0);
         recycled.id.start += 7;
         // Old 11 reaped by 10 (children +5.5), a new process got pid 11 and used 0.2 s.
-        w.update(&[st(10, ROGER, 'S', 0.0, 5.5), recycled], ROGER);
+        w.update(&[st(10, ROGER, 'S', 0.0, 5.5), recycled], ROGER, None);
         assert!((w.cpu_s - 0.7).abs() < 1e-9, "{}", w.cpu_s);
         assert_eq!(w.lost, 0);
     }
