@@ -216,3 +216,142 @@ fn a_gpu_reader_that_spawns_processes_does_not_speed_up_sampling() {
         run.report()
     );
 }
+
+/// A writable cgroup2 directory for one test, killed and removed on drop.
+struct TestCgroup(std::path::PathBuf);
+
+impl TestCgroup {
+    fn new(test: &str) -> Option<TestCgroup> {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mount = mounts.lines().find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            post.starts_with("cgroup2 ")
+                .then(|| pre.split(' ').nth(4).map(std::path::PathBuf::from))?
+        });
+        let Some(mount) = mount else {
+            eprintln!("SKIPPED {test}: no cgroup2 mount");
+            return None;
+        };
+        let dir = mount.join(format!("roger-{test}-{}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => Some(TestCgroup(dir)),
+            Err(e) => {
+                eprintln!(
+                    "SKIPPED {test}: cannot create a cgroup under {}: {e}",
+                    mount.display()
+                );
+                None
+            }
+        }
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn an_attached_run_in_its_own_cgroup_is_judged_by_the_cgroups_counters() {
+    let test = "own_cgroup";
+    if !have_timeout() {
+        eprintln!("SKIPPED {test}: no `timeout`");
+        return;
+    }
+    let Some(cg) = TestCgroup::new(test) else {
+        return;
+    };
+    let env = Env::new();
+    config(
+        &env,
+        "source = \"none\"",
+        "interval = \"300ms\"\nhysteresis = 3",
+    );
+    let log = env.path("train.jsonl").display().to_string();
+    // The run moves itself into the cgroup, then hands its work to workers orphaned out of
+    // its tree (reaped by init, never seen by roger): only the cgroup knows they work.
+    let script = format!(
+        r#"echo $$ > {cg}/cgroup.procs
+echo '{{"step": 1, "loss": 2.0}}' >> {log}
+sleep 1
+echo '{{"step": 2, "loss": 1.9}}' >> {log}
+while :; do
+  (timeout 0.3 sh -c 'while :; do :; done' &)
+  sleep 0.3
+done
+"#,
+        cg = cg.0.display()
+    );
+    use std::os::unix::process::CommandExt;
+    let mut run = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = run.id().to_string();
+    let args = [
+        "--config",
+        &env.path("roger.toml").display().to_string(),
+        "watch",
+        "--json",
+        "--pid",
+        &pid,
+    ]
+    .map(String::from);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out_path = env.path("watch.out");
+    let err_path = env.path("watch.err");
+    let mut watch = env.cmd(&refs);
+    watch
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap());
+    let mut watch = watch.spawn().unwrap();
+    // Judged busy, then watched for longer than the wedge hysteresis (3 x 300 ms).
+    let t0 = Instant::now();
+    while !env.read("watch.out").contains("\"state\":\"grind\"")
+        && t0.elapsed() < Duration::from_secs(60)
+        && watch.try_wait().unwrap().is_none()
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watch.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let status = watch.wait().unwrap();
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(run.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = run.wait();
+    let report = Run {
+        argv: std::iter::once("roger".to_string()).chain(args).collect(),
+        out: std::process::Output {
+            status,
+            stdout: std::fs::read(&out_path).unwrap_or_default(),
+            stderr: std::fs::read(&err_path).unwrap_or_default(),
+        },
+        listing: util::listing(env.dir.path()),
+    };
+    let recs = records(&env);
+    assert!(
+        !recs.iter().any(|r| r.kind == Kind::Kill),
+        "killed\n{}",
+        report.report()
+    );
+    assert!(
+        report.stdout().contains("\"state\":\"grind\"")
+            && !report.stdout().contains("\"state\":\"wedge\""),
+        "not judged busy from the cgroup\n{}",
+        report.report()
+    );
+}

@@ -112,20 +112,43 @@ fn cgroup2_mount() -> Option<PathBuf> {
         .map(|m| m.mount_point)
 }
 
-/// The run's own cgroup, read this sample: the main process's cgroup when it is not roger's
-/// and holds exactly the run's live processes (`run_pids`, sorted): a cgroup shared with a
-/// shell or other jobs would count their work as the run's, and a run partly outside it
-/// would have work it does not count.
+/// The run's own cgroup, read this sample: the main process's cgroup when it is not roger's,
+/// holds every live process of the run's tree (`run_pids`, sorted) — so whatever of the run
+/// exits, the cgroup counted it — holds no ancestor of the main process (a shell's or a
+/// login's cgroup is not the run's), and holds nothing else but processes of the main
+/// process's session (workers orphaned out of the tree keep it). A cgroup shared with other
+/// jobs would count their work as the run's, so it is not used.
 pub fn own_usage(main: u32, run_pids: &[u32]) -> Option<CgUsage> {
     let cg = Cgroup::of_pid(main)?;
     if Cgroup::of_pid(std::process::id()).is_some_and(|mine| is_within(&mine.dir, &cg.dir)) {
         return None;
     }
     let members = cg.members()?;
-    if members.is_empty() || members != run_pids {
+    if run_pids.iter().any(|p| members.binary_search(p).is_err()) {
+        return None;
+    }
+    let ancestors = crate::sys::pidinfo::ancestors(main);
+    let session = session_of(main)?;
+    let of_run = |pid: u32| {
+        run_pids.binary_search(&pid).is_ok()
+            || (!ancestors.contains(&pid) && session_of(pid) == Some(session))
+    };
+    if !members.iter().all(|p| of_run(*p)) {
         return None;
     }
     cg.usage()
+}
+
+/// The session id (/proc/PID/stat field 6).
+fn session_of(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_session(&text)
+}
+
+fn parse_session(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // state ppid pgrp session ...
+    rest.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// Is `inner` the cgroup `outer` or below it?
@@ -155,6 +178,8 @@ mod tests {
         );
         assert_eq!(parse_io_stat("8:0 rbytes=x\n"), None);
         assert_eq!(parse_io_stat(""), Some(0));
+        assert_eq!(parse_session("7 (a) b) S 1 7 99 0"), Some(99));
+        assert_eq!(parse_session("7 (a"), None);
     }
 
     /// On a kernel with a writable cgroup2 mount (root here and in CI), a cgroup of its own
