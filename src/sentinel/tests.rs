@@ -389,7 +389,7 @@ fn hysteresis_is_time_as_well_as_samples_and_rates_span_half_an_interval() {
     let mut cpu = 0.0;
     let mut t: f64 = 0.04;
     while t < 10.0 {
-        if (t / 0.3) as u64 % 2 == 0 {
+        if ((t / 0.3) as u64).is_multiple_of(2) {
             cpu += 0.02;
         }
         v.push(S::new(t, 2).cpu(cpu));

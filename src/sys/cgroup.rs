@@ -104,12 +104,17 @@ impl Cgroup {
     }
 }
 
+/// Where cgroup2 is mounted (read once: the watch asks every sample).
 fn cgroup2_mount() -> Option<PathBuf> {
-    let mounts = crate::sys::fskind::read_mounts()?;
-    mounts
-        .into_iter()
-        .find(|m| m.fstype == "cgroup2")
-        .map(|m| m.mount_point)
+    static MOUNT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    MOUNT
+        .get_or_init(|| {
+            crate::sys::fskind::read_mounts()?
+                .into_iter()
+                .find(|m| m.fstype == "cgroup2")
+                .map(|m| m.mount_point)
+        })
+        .clone()
 }
 
 /// The run's own cgroup, read this sample: the main process's cgroup when it is not roger's,
