@@ -15,11 +15,13 @@ log = "train.jsonl"
 checkpoint_dir = "ckpt"
 "#;
 
+/// `busy_cpu` is low so that a loaded test machine (a spinner getting a fifth of a core)
+/// still reads as busy: these tests are about what is counted, not about the threshold.
 fn config(env: &Env, gpu: &str, watch: &str) {
     env.write(
         "roger.toml",
         format!(
-            "{BASE}[gpu]\n{gpu}\n[watch]\ngrace = \"2s\"\nstale = \"2s\"\ngrind_limit = \"120s\"\nbackoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\n{watch}\n"
+            "{BASE}[gpu]\n{gpu}\n[watch]\ngrace = \"2s\"\nstale = \"2s\"\ngrind_limit = \"120s\"\nbusy_cpu = 0.03\nbackoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\n{watch}\n"
         ),
     );
 }
