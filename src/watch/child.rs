@@ -177,24 +177,27 @@ impl Run {
         // The work is read before roger reaps anything, so a defunct entry's reading is final.
         self.work.update(&tree, std::process::id(), cg);
         self.reap_ours(&tree);
-        let main_stat = tree
-            .iter()
-            .find(|st| exit.is_none() && st.id == self.main && st.state != 'Z');
+        // Defunct but not yet reaped (it exited after poll_exit): still Alive { 'Z' } this
+        // sample; the next one reaps it and reads its status.
+        let main_stat = tree.iter().find(|st| exit.is_none() && st.id == self.main);
         let main = match (exit, main_stat) {
             (Some((code, signal)), _) => Main::Exited { code, signal },
             (None, Some(st)) => Main::Alive { state: st.state },
             (None, None) => Main::Gone,
         };
         self.exit_sampled |= exit.is_some();
-        let live = tree.iter().filter(|st| st.state != 'Z' && st.state != 'X');
-        let others = live.clone().filter(|st| st.id.pid != self.main.pid).count();
+        let running = tree.iter().filter(|st| st.state != 'Z' && st.state != 'X');
+        let others = running
+            .clone()
+            .filter(|st| st.id.pid != self.main.pid)
+            .count();
         Ok(ProcObs {
             main,
             others: others as u32,
             cpu_s: self.work.cpu_s,
             io_bytes: self.work.io_known.then_some(self.work.io_bytes),
             lost: self.work.lost,
-            d_state: live.clone().any(|st| st.state == 'D'),
+            d_state: running.clone().any(|st| st.state == 'D'),
         })
     }
 
