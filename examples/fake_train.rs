@@ -9,6 +9,9 @@
 //!   cues (first launch only, i.e. without ROGER_RESUME_CKPT):
 //!            --wedge-at S [--wedge-ms MS]   sleep silently (0 = forever)
 //!            --grind-at S  --grind-ms MS    busy loop, nothing logged
+//!            --pulse-at S  --pulse-ms MS [--pulse-for MS]
+//!                                           nothing logged for pulse-for ms (default 8000):
+//!                                           busy MS, asleep MS, busy MS, ...
 //!            --crash-at S                   exit 3 at step S
 //!            --nan-at S                     log a bare NaN loss from step S on
 //!            --leave-child FILE             start a child that outlives us; its pid in FILE
@@ -43,6 +46,9 @@ struct Opts {
     wedge_ms: u64,
     grind_at: Option<u64>,
     grind_ms: u64,
+    pulse_at: Option<u64>,
+    pulse_ms: u64,
+    pulse_for: u64,
     crash_at: Option<u64>,
     nan_at: Option<u64>,
     leave_child: Option<PathBuf>,
@@ -57,6 +63,8 @@ fn parse() -> Opts {
         steps: 60,
         step_ms: 30,
         save_every: 10,
+        pulse_ms: 300,
+        pulse_for: 8000,
         ..Opts::default()
     };
     let mut args = std::env::args().skip(1);
@@ -82,6 +90,9 @@ fn parse() -> Opts {
             "--wedge-ms" => o.wedge_ms = num(val()),
             "--grind-at" => o.grind_at = Some(num(val())),
             "--grind-ms" => o.grind_ms = num(val()),
+            "--pulse-at" => o.pulse_at = Some(num(val())),
+            "--pulse-ms" => o.pulse_ms = num(val()),
+            "--pulse-for" => o.pulse_for = num(val()),
             "--crash-at" => o.crash_at = Some(num(val())),
             "--nan-at" => o.nan_at = Some(num(val())),
             "--leave-child" => o.leave_child = Some(val().into()),
@@ -122,6 +133,19 @@ fn check_term(o: &Opts) {
             let _ = std::fs::write(f, now_ms().to_string());
         }
         std::process::exit(143);
+    }
+}
+
+/// Spin for `ms` (nothing logged), honouring SIGTERM.
+fn spin(o: &Opts, ms: u64) {
+    let t0 = Instant::now();
+    let mut x = 0u64;
+    while t0.elapsed() < Duration::from_millis(ms) {
+        for i in 0..10_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        check_term(o);
     }
 }
 
@@ -228,14 +252,14 @@ fn main() {
             quiet_sleep(&o, o.wedge_ms);
         }
         if first && o.grind_at == Some(step) {
+            spin(&o, o.grind_ms);
+        }
+        if first && o.pulse_at == Some(step) {
+            // Half busy on average, but idle for whole stretches of pulse_ms.
             let t0 = Instant::now();
-            let mut x = 0u64;
-            while t0.elapsed() < Duration::from_millis(o.grind_ms) {
-                for i in 0..10_000u64 {
-                    x = x.wrapping_mul(31).wrapping_add(i);
-                }
-                std::hint::black_box(x);
-                check_term(&o);
+            while t0.elapsed() < Duration::from_millis(o.pulse_for) {
+                spin(&o, o.pulse_ms);
+                quiet_sleep(&o, o.pulse_ms);
             }
         }
         let loss = if first && o.nan_at.is_some_and(|n| step >= n) {

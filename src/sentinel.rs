@@ -17,7 +17,9 @@
 //! Stale limit: the phase's `stale`, else `[watch] stale`, else calibrated; never below the
 //! grind limit before the first step of a launch (loading, compiling); a declared `[[quiet]]`
 //! period at its step raises it to the period's duration. A state counts only after holding
-//! `hysteresis` samples in a row.
+//! `hysteresis` samples in a row that span at least (hysteresis - 1) x interval of time.
+//! Activity (CPU, I/O) is measured over a window of at least half an interval, and a window
+//! in which a process of the run vanished with its final usage unknown is never idle.
 
 pub mod calibrate;
 #[cfg(test)]
@@ -37,8 +39,11 @@ pub struct Sentinel {
     progressed: bool,
     last_step: Option<u64>,
     ever_step: bool,
-    streak: (&'static str, u32),
+    /// The raw state, how many samples in a row it held, and when the first of them was.
+    streak: (&'static str, u32, f64),
     reported: State,
+    /// Recent (time, process reading) pairs: the base of activity windows.
+    history: VecDeque<(f64, Option<ProcObs>)>,
     recent: VecDeque<Trace>,
 }
 
@@ -52,7 +57,8 @@ impl Sentinel {
             progressed: false,
             last_step: None,
             ever_step: false,
-            streak: ("", 0),
+            streak: ("", 0, launched_at),
+            history: VecDeque::new(),
             reported: State::Unknown {
                 missing: vec!["no samples yet".into()],
             },
@@ -119,21 +125,24 @@ impl Sentinel {
 
     pub fn observe(&mut self, s: Sample) -> Assessment {
         let prev = self.prev.take();
-        let dt = prev.as_ref().map_or(0.0, |p| (s.at - p.at).max(1e-9));
         let (progress, log_grew) = self.note_progress(prev.as_ref(), &s);
         let limit = self.limit();
         let silent = (s.at - self.last_progress_at).max(0.0);
-        let rates = prev.as_ref().map(|p| Rates::between(p, &s, dt));
+        let rates = self.rates(&s);
         let (raw, reasons) = self.classify(&s, progress, log_grew, silent, &limit, rates);
 
         let kind = raw.name();
         self.streak = if self.streak.0 == kind {
-            (kind, self.streak.1 + 1)
+            (kind, self.streak.1 + 1, self.streak.2)
         } else {
-            (kind, 1)
+            (kind, 1, s.at)
         };
         let before = self.reported.clone();
-        if matches!(raw, State::Exited { .. }) || self.streak.1 >= self.rules.hysteresis {
+        let r = &self.rules;
+        let held = self.streak.1 >= r.hysteresis
+            && s.at - self.streak.2 + 1e-9
+                >= f64::from(r.hysteresis.saturating_sub(1)) * r.interval;
+        if matches!(raw, State::Exited { .. }) || held {
             self.reported = raw.clone();
         }
         self.recent.push_back(trace(&s, &raw, rates));
@@ -151,6 +160,36 @@ impl Sentinel {
             last_step: self.last_step,
             samples: self.recent.iter().cloned().collect(),
         }
+    }
+
+    /// CPU and I/O rates from the newest earlier sample at least half an interval old (the
+    /// oldest kept when none is), so a sample taken early never measures a sliver of time.
+    fn rates(&mut self, s: &Sample) -> Option<Rates> {
+        let min_window = self.rules.interval / 2.0;
+        while self.history.len() >= 2 && s.at - self.history[1].0 >= min_window {
+            self.history.pop_front();
+        }
+        let out = self.history.front().and_then(|(at, base)| {
+            let (base, cur) = (base.as_ref()?, s.proc.as_ref().ok()?);
+            let dt = (s.at - at).max(1e-9);
+            // I/O is known only if every reading in the window could read it.
+            let io_known = self
+                .history
+                .iter()
+                .skip(1)
+                .all(|(_, p)| p.is_some_and(|p| p.io_bytes.is_some()));
+            Some(Rates {
+                cpu: ((cur.cpu_s - base.cpu_s) / dt).max(0.0),
+                io: match (base.io_bytes, cur.io_bytes) {
+                    (Some(x), Some(y)) if io_known => Some(y.saturating_sub(x) as f64 / dt),
+                    _ => None,
+                },
+                lost: cur.lost.saturating_sub(base.lost),
+            })
+        });
+        self.history
+            .push_back((s.at, s.proc.as_ref().ok().copied()));
+        out
     }
 
     /// Update progress bookkeeping; (progress, log bytes grew).
@@ -291,6 +330,19 @@ impl Sentinel {
         if p.d_state {
             reasons.push("a process of the run is in uninterruptible sleep (D)".into());
         }
+        if busy.is_empty() && rates.lost > 0 {
+            // Their work since the previous sample is unknown: not evidence of idleness.
+            return (
+                State::Unknown {
+                    missing: vec![format!(
+                        "process: {} process(es) of the run ended since the last sample, reaped outside it, so their final CPU and I/O are unknown (measured: CPU {:.0}% of a core)",
+                        rates.lost,
+                        rates.cpu * 100.0
+                    )],
+                },
+                reasons,
+            );
+        }
         if !busy.is_empty() {
             let grind_cap = r.grind_limit.max(limit.seconds);
             reasons.push(format!("busy: {}", busy.join(", ")));
@@ -317,21 +369,8 @@ impl Sentinel {
 struct Rates {
     cpu: f64,
     io: Option<f64>,
-}
-
-impl Rates {
-    fn between(a: &Sample, b: &Sample, dt: f64) -> Rates {
-        match (&a.proc, &b.proc) {
-            (Ok(pa), Ok(pb)) => Rates {
-                cpu: ((pb.cpu_s - pa.cpu_s) / dt).max(0.0),
-                io: match (pa.io_bytes, pb.io_bytes) {
-                    (Some(x), Some(y)) => Some(y.saturating_sub(x) as f64 / dt),
-                    _ => None,
-                },
-            },
-            _ => Rates { cpu: 0.0, io: None },
-        }
-    }
+    /// Processes that vanished in the window with their final usage unknown.
+    lost: u64,
 }
 
 fn trace(s: &Sample, raw: &State, rates: Option<Rates>) -> Trace {

@@ -13,3 +13,4 @@ mod probe;
 mod publish;
 mod quarantine;
 mod watch;
+mod watch_shapes;

@@ -11,7 +11,8 @@ pub struct WatchConfig {
     pub command: Vec<String>,
     /// Sampling interval.
     pub interval: Dur,
-    /// A state must hold this many samples before it counts.
+    /// A state must hold this many samples in a row, spanning at least (hysteresis - 1) x
+    /// interval of time, before it counts.
     pub hysteresis: u32,
     /// SIGTERM → SIGKILL grace.
     pub grace: Dur,

@@ -5,6 +5,7 @@ use super::*;
 fn rules() -> Rules {
     Rules {
         hysteresis: 3,
+        interval: 10.0,
         grind_limit: 600.0,
         stale: Some(60.0),
         phases: vec![],
@@ -31,6 +32,7 @@ struct S {
     main: Main,
     others: u32,
     gpu: GpuObs,
+    lost: u64,
 }
 
 impl S {
@@ -44,6 +46,7 @@ impl S {
             main: Main::Alive { state: 'R' },
             others: 0,
             gpu: GpuObs::Absent { why: "test".into() },
+            lost: 0,
         }
     }
     fn cpu(mut self, c: f64) -> S {
@@ -74,6 +77,7 @@ impl S {
                 others: self.others,
                 cpu_s: self.cpu,
                 io_bytes: Some(self.io),
+                lost: self.lost,
                 d_state: false,
             }),
             gpu: self.gpu.clone(),
@@ -86,7 +90,7 @@ fn run(s: &mut Sentinel, samples: impl IntoIterator<Item = S>) -> Vec<Assessment
 }
 
 /// Steps 1..=n every 10 s, then silence from t = 10n on, sampled every 10 s.
-fn then_silent(n: u64, until: f64, f: impl Fn(S) -> S) -> Vec<S> {
+fn then_silent(n: u64, until: f64, mut f: impl FnMut(S) -> S) -> Vec<S> {
     let mut v: Vec<S> = (1..=n).map(|i| S::new(i as f64 * 10.0, i)).collect();
     let mut t = n as f64 * 10.0 + 10.0;
     while t <= until {
@@ -263,9 +267,11 @@ fn exit_is_immediate_and_lingering_children_make_a_zombie() {
 #[test]
 fn gpu_memory_held_after_exit_is_a_zombie() {
     let mut s = sentinel(rules());
-    let mut z = S::new(10.0, 1).gpu(0.0, 0.1);
-    z.main = Main::Gone;
-    let a = run(&mut s, vec![z.clone(), z.clone(), z]);
+    let z = |at: f64| S {
+        main: Main::Gone,
+        ..S::new(at, 1).gpu(0.0, 0.1)
+    };
+    let a = run(&mut s, vec![z(10.0), z(20.0), z(30.0)]);
     assert_eq!(a[2].state, State::Zombie);
     assert!(a[2].reasons.iter().any(|r| r.contains("VRAM")));
 }
@@ -330,4 +336,85 @@ fn relaunch_keeps_calibration_but_resets_the_baseline() {
     );
     assert_eq!(a[4].state, State::Working);
     assert_eq!(s.calibration.limit(), Some(30.0));
+}
+
+#[test]
+fn a_vanished_process_with_unknown_usage_makes_the_window_unknown_not_idle() {
+    let mut s = sentinel(rules());
+    // Silent from t = 50 and CPU frozen, but each window a worker left unreaped by the run.
+    let mut lost = 0;
+    let a = run(
+        &mut s,
+        then_silent(5, 200.0, |x| {
+            lost += 1;
+            S {
+                lost,
+                ..x.cpu(50.0)
+            }
+        }),
+    );
+    assert!(a
+        .iter()
+        .all(|x| x.state != State::Wedge && x.raw != State::Wedge));
+    let last = a.last().unwrap();
+    assert_eq!(last.state.name(), "unknown");
+    assert!(
+        format!("{:?}", last.state).contains("reaped outside it"),
+        "{:?}",
+        last.state
+    );
+    // Once nothing vanishes, idleness counts again.
+    let more = run(
+        &mut s,
+        (21..=25).map(|i| S {
+            lost,
+            ..S::new(i as f64 * 10.0, 5).cpu(50.0)
+        }),
+    );
+    assert_eq!(more.last().unwrap().state, State::Wedge);
+}
+
+#[test]
+fn hysteresis_is_time_as_well_as_samples_and_rates_span_half_an_interval() {
+    // interval 2 s, samples every 20 ms (as a SIGCHLD storm would take them): a run busy
+    // 300 ms, asleep 300 ms, silent past its stale limit.
+    let r = Rules {
+        interval: 2.0,
+        stale: Some(1.0),
+        grind_limit: 600.0,
+        ..rules()
+    };
+    let mut s = sentinel(r.clone());
+    let mut v = vec![S::new(0.0, 1), S::new(0.02, 2)];
+    let mut cpu = 0.0;
+    let mut t: f64 = 0.04;
+    while t < 10.0 {
+        if ((t / 0.3) as u64).is_multiple_of(2) {
+            cpu += 0.02;
+        }
+        v.push(S::new(t, 2).cpu(cpu));
+        t += 0.02;
+    }
+    let a = run(&mut s, v);
+    assert!(
+        a.iter().all(|x| x.state != State::Wedge),
+        "half a core of work is not idleness"
+    );
+    assert!(a.iter().any(|x| x.state == State::Grind));
+    // A true wedge sampled that fast still needs (hysteresis - 1) x interval of wall time.
+    let mut s = sentinel(r);
+    let mut v = vec![S::new(0.0, 1), S::new(0.02, 2)];
+    let mut t: f64 = 0.04;
+    while t < 10.0 {
+        v.push(S::new(t, 2).cpu(0.0));
+        t += 0.02;
+    }
+    let a = run(&mut s, v);
+    let first_raw = a.iter().position(|x| x.raw == State::Wedge).unwrap();
+    let counted = a.iter().position(|x| x.state == State::Wedge).unwrap();
+    let span = (counted - first_raw) as f64 * 0.02;
+    assert!(
+        span >= 4.0 - 1e-6,
+        "wedge counted after {span}s of idle samples"
+    );
 }

@@ -30,10 +30,15 @@ pub struct ProcObs {
     pub main: Main,
     /// Live processes of the run other than the main one.
     pub others: u32,
-    /// CPU seconds summed over the live tree.
+    /// CPU seconds of work the run has done since the watch's first sample: counted per
+    /// process, with the work of children reaped inside the run (monotone).
     pub cpu_s: f64,
-    /// Syscall I/O bytes summed over the tree (None when unreadable).
+    /// Syscall I/O bytes done since the first sample, counted the same way (None when some
+    /// process's I/O could not be read since the previous sample).
     pub io_bytes: Option<u64>,
+    /// Processes that left the run since the first sample with their final usage unknown
+    /// (reaped outside the run): a window in which this grows cannot be called idle.
+    pub lost: u64,
     /// Some process of the tree is in uninterruptible sleep.
     pub d_state: bool,
 }
@@ -103,7 +108,11 @@ pub struct Limit {
 /// Thresholds, from the config; plain numbers so the sentinel stays pure.
 #[derive(Debug, Clone)]
 pub struct Rules {
+    /// Samples a state must hold; they must also span (hysteresis - 1) x interval.
     pub hysteresis: u32,
+    /// `[watch] interval`, seconds: the shortest window activity is measured over (when an
+    /// earlier sample that old exists), and the unit of hysteresis in time.
+    pub interval: f64,
     pub grind_limit: f64,
     /// `[watch] stale`.
     pub stale: Option<f64>,

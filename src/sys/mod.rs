@@ -2,6 +2,7 @@
 //! function so the logic above it is tested with fakes.
 
 pub mod bounded;
+pub mod cgroup;
 pub mod clock;
 pub mod disk;
 pub mod fskind;

@@ -1,7 +1,8 @@
 //! The run's own /proc entries: stat (state, CPU time, start time, exit code), io, and the
 //! children lists. Only the run's PIDs are read each tick, never the whole process table
 //! (the one exception, [`ProcFs::group_members`], runs once when cleaning up after an
-//! attached run). Signals go out only after an identity check (pid + start time).
+//! attached run). Signals go out only after an identity check (pid + start time), through a
+//! pidfd where the kernel has one.
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -25,6 +26,8 @@ pub struct ProcStat {
     pub pgrp: u32,
     /// utime + stime, seconds.
     pub cpu_s: f64,
+    /// cutime + cstime, seconds: the CPU time of the children it has waited for (and theirs).
+    pub children_cpu_s: f64,
     /// rchar + wchar from /proc/PID/io (None when not readable).
     pub io_bytes: Option<u64>,
     /// The wait status of a zombie (field 52), as waitpid reports it.
@@ -123,6 +126,9 @@ pub fn parse_stat(text: &str, ticks_per_s: f64) -> Option<ProcStat> {
     let state = field(3)?.chars().next()?;
     let utime = num(14)?;
     let stime = num(15)?;
+    // Signed in the kernel's format; never negative in practice.
+    let signed = |n: usize| field(n).and_then(|s| s.parse::<i64>().ok());
+    let children = signed(16)?.max(0) as u64 + signed(17)?.max(0) as u64;
     Some(ProcStat {
         id: ProcId {
             pid,
@@ -132,6 +138,7 @@ pub fn parse_stat(text: &str, ticks_per_s: f64) -> Option<ProcStat> {
         ppid: num(4)? as u32,
         pgrp: num(5)? as u32,
         cpu_s: (utime + stime) as f64 / ticks_per_s,
+        children_cpu_s: children as f64 / ticks_per_s,
         io_bytes: None,
         exit_status: if state == 'Z' {
             field(52).and_then(|s| s.parse::<i32>().ok())
@@ -183,19 +190,97 @@ pub fn same_process(src: &dyn ProcSource, id: ProcId) -> bool {
     matches!(src.stat(id.pid), Ok(Some(st)) if st.id.start == id.start)
 }
 
+/// How a checked signal went out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// pidfd_send_signal on a pidfd opened before the identity check: race-free.
+    Pidfd,
+    /// kill(2) right after the identity check (kernels before 5.3, or pidfd refused).
+    Kill,
+}
+
 /// Send `sig` to `id` only if it is still the same process. Returns whether it was sent.
 pub fn signal_checked(
     src: &dyn ProcSource,
     id: ProcId,
     sig: nix::sys::signal::Signal,
 ) -> Result<bool> {
+    Ok(signal_checked_via(src, id, sig)?.is_some())
+}
+
+/// [`signal_checked`], saying how the signal went out (None: not sent, the process is gone
+/// or its pid now belongs to another process).
+///
+/// With a pidfd the check has no race: the pidfd pins the process that held the pid when it
+/// was opened, and a pid is never reused while its process exists, so a start time that still
+/// matches after the open proves the pidfd is ours. kill(2) after the check leaves a window
+/// of microseconds in which the pid could be recycled; it is the fallback only.
+pub fn signal_checked_via(
+    src: &dyn ProcSource,
+    id: ProcId,
+    sig: nix::sys::signal::Signal,
+) -> Result<Option<Via>> {
+    match pidfd_open(id.pid) {
+        Ok(fd) => {
+            if !same_process(src, id) {
+                return Ok(None);
+            }
+            match pidfd_send_signal(&fd, sig) {
+                Ok(()) => return Ok(Some(Via::Pidfd)),
+                Err(nix::errno::Errno::ESRCH) => return Ok(None),
+                // Seccomp or a kernel with pidfd_open but a refused send: use kill(2).
+                Err(nix::errno::Errno::ENOSYS | nix::errno::Errno::EPERM) => {}
+                Err(e) => return Err(anyhow::anyhow!("sending {sig} to pid {}: {e}", id.pid)),
+            }
+        }
+        Err(nix::errno::Errno::ESRCH) => return Ok(None),
+        // ENOSYS (before Linux 5.3), EPERM/EACCES under seccomp, EINVAL: use kill(2).
+        Err(_) => {}
+    }
     if !same_process(src, id) {
-        return Ok(false);
+        return Ok(None);
     }
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(id.pid as i32), sig) {
-        Ok(()) => Ok(true),
-        Err(nix::errno::Errno::ESRCH) => Ok(false),
+        Ok(()) => Ok(Some(Via::Kill)),
+        Err(nix::errno::Errno::ESRCH) => Ok(None),
         Err(e) => Err(anyhow::anyhow!("sending {sig} to pid {}: {e}", id.pid)),
+    }
+}
+
+fn pidfd_open(pid: u32) -> std::result::Result<std::os::fd::OwnedFd, nix::errno::Errno> {
+    use std::os::fd::FromRawFd;
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return Err(nix::errno::Errno::ESRCH);
+    };
+    // SAFETY: pidfd_open takes a pid and flags; on success it returns a new fd we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0 as libc::c_uint) };
+    if fd < 0 {
+        return Err(nix::errno::Errno::last());
+    }
+    // SAFETY: fd is a fresh descriptor returned by the kernel, owned by nobody else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn pidfd_send_signal(
+    fd: &std::os::fd::OwnedFd,
+    sig: nix::sys::signal::Signal,
+) -> std::result::Result<(), nix::errno::Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0 as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        Err(nix::errno::Errno::last())
+    } else {
+        Ok(())
     }
 }
 
@@ -217,6 +302,7 @@ impl FakeProc {
             ppid: parent,
             pgrp,
             cpu_s,
+            children_cpu_s: 0.0,
             io_bytes: Some(io),
             exit_status: None,
         };
@@ -260,6 +346,8 @@ mod tests {
         fields[2] = "42"; // pgrp
         fields[11] = "250"; // utime (14)
         fields[12] = "50"; // stime (15)
+        fields[13] = "100"; // cutime (16)
+        fields[14] = "-1"; // cstime (17), signed
         fields[19] = "777"; // starttime (22)
         let text = format!("42 (python (x) y) {}", fields.join(" "));
         let st = parse_stat(&text, 100.0).unwrap();
@@ -272,6 +360,7 @@ mod tests {
         );
         assert_eq!((st.state, st.ppid, st.pgrp), ('S', 10, 42));
         assert!((st.cpu_s - 3.0).abs() < 1e-9);
+        assert!((st.children_cpu_s - 1.0).abs() < 1e-9);
         assert_eq!(st.exit_status, None);
     }
 
@@ -318,6 +407,37 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(fs.stat(child.id()).unwrap().is_none());
+    }
+
+    #[test]
+    fn signals_go_through_a_pidfd_and_never_to_a_recycled_pid() {
+        let fs = ProcFs::default();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let id = fs.stat(child.id()).unwrap().unwrap().id;
+        let wrong = ProcId {
+            start: id.start + 1,
+            ..id
+        };
+        use nix::sys::signal::Signal;
+        assert_eq!(
+            signal_checked_via(&fs, wrong, Signal::SIGKILL).unwrap(),
+            None
+        );
+        assert!(
+            same_process(&fs, id),
+            "a different start time is not signalled"
+        );
+        let via = signal_checked_via(&fs, id, Signal::SIGKILL).unwrap();
+        // pidfd_open is Linux 5.3+; older kernels take the kill(2) path.
+        let has_pidfd = pidfd_open(std::process::id()).is_ok();
+        assert_eq!(via, Some(if has_pidfd { Via::Pidfd } else { Via::Kill }));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(9));
+        // Reaped: gone, not sent.
+        assert_eq!(signal_checked_via(&fs, id, Signal::SIGKILL).unwrap(), None);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The run's processes: start the training in its own process group (roger is a child
 //! subreaper, so workers orphaned by a crash come back to it instead of init), attach to one
 //! started elsewhere, read its tree each tick, and stop it: SIGTERM, grace, SIGKILL — every
-//! signal after an identity check (pid + start time), never outside the run's tree.
+//! signal after an identity check (pid + start time), through a pidfd opened before the check
+//! where the kernel has pidfd_open (kill(2) otherwise), never outside the run's tree.
 
 use crate::sentinel::{Main, ProcObs};
 use crate::sys::proc::{self, ProcId, ProcSource, ProcStat};
@@ -20,6 +21,10 @@ pub struct Run {
     exit: Option<(Option<i32>, Option<i32>)>,
     /// Every process seen in the run's tree (for GPU attribution and cleanup).
     pub seen: Vec<ProcId>,
+    /// The run's work, counted per process across samples.
+    work: super::work::Work,
+    /// A sample has reported the main process's exit (so SIGCHLD no longer wakes the loop).
+    exit_sampled: bool,
 }
 
 /// Make orphans of our children come back to us (Linux ≥ 3.4).
@@ -54,6 +59,8 @@ pub fn spawn(argv: &[String], env: &[(&str, Option<String>)], fs: &dyn ProcSourc
         started: Instant::now(),
         exit: None,
         seen: vec![ProcId { pid, start }],
+        work: Default::default(),
+        exit_sampled: false,
     })
 }
 
@@ -71,6 +78,8 @@ pub fn attach(pid: u32, fs: &dyn ProcSource) -> Result<Run> {
         started: Instant::now(),
         exit: None,
         seen: vec![st.id],
+        work: Default::default(),
+        exit_sampled: false,
     })
 }
 
@@ -101,9 +110,10 @@ impl Run {
         self.exit
     }
 
-    /// Live processes of the run other than the main one: its descendants, plus (when we
-    /// launched it) orphans reparented to us. Reaps orphans that have exited.
-    pub fn others(&mut self, fs: &dyn ProcSource) -> Result<Vec<ProcStat>> {
+    /// The run's tree, defunct entries included: the main process (while it is the same
+    /// process), its descendants, and (when we launched it) every child of roger — orphans
+    /// reparented to us. Notes every process in `seen`.
+    fn read_tree(&mut self, fs: &dyn ProcSource) -> Result<Vec<ProcStat>> {
         let mut roots = vec![self.main.pid];
         if !self.attached() {
             for pid in fs.children(std::process::id())? {
@@ -112,57 +122,82 @@ impl Run {
                 }
             }
         }
-        let tree = proc::tree(fs, &roots)?;
-        let mut out = Vec::new();
-        for st in tree {
-            if st.id.pid == self.main.pid {
-                continue;
-            }
-            if st.state == 'Z' {
-                if st.ppid == std::process::id() {
-                    reap(st.id.pid);
-                }
-                continue;
-            }
-            if !self.seen.contains(&st.id) {
+        let mut tree = proc::tree(fs, &roots)?;
+        // A recycled main pid is not the run.
+        tree.retain(|st| st.id.pid != self.main.pid || st.id.start == self.main.start);
+        for st in &tree {
+            if st.state != 'Z' && !self.seen.contains(&st.id) {
                 self.seen.push(st.id);
             }
-            out.push(st);
         }
-        Ok(out)
+        Ok(tree)
     }
 
-    /// The sentinel's view of the tree.
+    /// Reap the defunct orphans reparented to roger (their final reading is in `tree`).
+    fn reap_ours(&self, tree: &[ProcStat]) {
+        for st in tree {
+            if st.state == 'Z' && st.id.pid != self.main.pid && st.ppid == std::process::id() {
+                reap(st.id.pid);
+            }
+        }
+    }
+
+    /// Live processes of the run other than the main one: its descendants, plus (when we
+    /// launched it) orphans reparented to us. Reaps orphans that have exited.
+    pub fn others(&mut self, fs: &dyn ProcSource) -> Result<Vec<ProcStat>> {
+        let tree = self.read_tree(fs)?;
+        self.reap_ours(&tree);
+        Ok(tree
+            .into_iter()
+            .filter(|st| st.id.pid != self.main.pid && st.state != 'Z')
+            .collect())
+    }
+
+    /// Has the main process's exit happened without a sample reporting it yet? (Only that
+    /// may wake the watch before its interval.)
+    pub fn exit_unsampled(&mut self, fs: &dyn ProcSource) -> bool {
+        !self.exit_sampled && self.poll_exit(fs).is_some()
+    }
+
+    /// The sentinel's view of the tree: the run's work since the first sample counted per
+    /// process (see `work.rs`), so workers that exit between samples keep their work.
     pub fn observe(&mut self, fs: &dyn ProcSource) -> Result<ProcObs, String> {
         let exit = self.poll_exit(fs);
-        let others = self.others(fs).map_err(|e| format!("{e:#}"))?;
-        let main_stat = match exit {
+        let tree = self.read_tree(fs).map_err(|e| format!("{e:#}"))?;
+        let mut live: Vec<u32> = tree
+            .iter()
+            .filter(|st| st.state != 'Z' && st.state != 'X')
+            .map(|st| st.id.pid)
+            .collect();
+        live.sort_unstable();
+        let cg = match exit {
+            None => crate::sys::cgroup::own_usage(self.main.pid, &live),
             Some(_) => None,
-            None => fs
-                .stat(self.main.pid)
-                .map_err(|e| format!("{e:#}"))?
-                .filter(|s| s.id.start == self.main.start),
         };
-        let main = match (exit, &main_stat) {
+        // The work is read before roger reaps anything, so a defunct entry's reading is final.
+        self.work.update(&tree, std::process::id(), cg);
+        self.reap_ours(&tree);
+        // Defunct but not yet reaped (it exited after poll_exit): still Alive { 'Z' } this
+        // sample; the next one reaps it and reads its status.
+        let main_stat = tree.iter().find(|st| exit.is_none() && st.id == self.main);
+        let main = match (exit, main_stat) {
             (Some((code, signal)), _) => Main::Exited { code, signal },
             (None, Some(st)) => Main::Alive { state: st.state },
             (None, None) => Main::Gone,
         };
-        let all = main_stat.iter().chain(others.iter());
-        let mut cpu = 0.0;
-        let mut io = Some(0u64);
-        let mut d = false;
-        for st in all {
-            cpu += st.cpu_s;
-            io = io.and_then(|t| st.io_bytes.map(|b| t + b));
-            d |= st.state == 'D';
-        }
+        self.exit_sampled |= exit.is_some();
+        let running = tree.iter().filter(|st| st.state != 'Z' && st.state != 'X');
+        let others = running
+            .clone()
+            .filter(|st| st.id.pid != self.main.pid)
+            .count();
         Ok(ProcObs {
             main,
-            others: others.len() as u32,
-            cpu_s: cpu,
-            io_bytes: io,
-            d_state: d,
+            others: others as u32,
+            cpu_s: self.work.cpu_s,
+            io_bytes: self.work.io_known.then_some(self.work.io_bytes),
+            lost: self.work.lost,
+            d_state: running.clone().any(|st| st.state == 'D'),
         })
     }
 
@@ -206,6 +241,8 @@ pub struct Stopped {
     pub sigkill: Vec<u32>,
     pub survivors: Vec<u32>,
     pub took_s: f64,
+    /// How the signals went out: "pidfd" (race-free) or "kill" (kill(2) after the check).
+    pub via: Option<proc::Via>,
 }
 
 /// `first` (SIGTERM, or the signal roger received) to every member, wait up to `grace`,
@@ -223,10 +260,12 @@ pub fn stop(
         sigkill: Vec::new(),
         survivors: Vec::new(),
         took_s: 0.0,
+        via: None,
     };
     for id in targets {
-        if proc::signal_checked(fs, *id, first)? {
+        if let Some(via) = proc::signal_checked_via(fs, *id, first)? {
             out.sigterm.push(id.pid);
+            out.via = Some(via);
         }
     }
     let alive = |run: &mut Run| -> Vec<ProcId> {
@@ -242,8 +281,9 @@ pub fn stop(
         std::thread::sleep(Duration::from_millis(20));
     }
     for id in alive(run) {
-        if proc::signal_checked(fs, id, Signal::SIGKILL)? {
+        if let Some(via) = proc::signal_checked_via(fs, id, Signal::SIGKILL)? {
             out.sigkill.push(id.pid);
+            out.via = Some(via);
         }
     }
     let t1 = Instant::now();
@@ -326,13 +366,26 @@ mod tests {
     #[test]
     fn observe_sums_the_tree() {
         let f = table(true);
+        let mut f = f;
         let mut run = attach(10, &f).unwrap();
         let o = run.observe(&f).unwrap();
         assert_eq!(o.main, Main::Alive { state: 'S' });
         assert_eq!(o.others, 2);
-        assert!((o.cpu_s - 3.5).abs() < 1e-9);
-        assert_eq!(o.io_bytes, Some(150));
+        assert_eq!(
+            (o.cpu_s, o.io_bytes),
+            (0.0, Some(0)),
+            "the first sample is the baseline"
+        );
         assert!(o.d_state);
+        // Each process works 0.5 s and does 10 bytes of I/O.
+        for (st, _) in f.procs.values_mut() {
+            st.cpu_s += 0.5;
+            st.io_bytes = st.io_bytes.map(|b| b + 10);
+        }
+        let o = run.observe(&f).unwrap();
+        assert!((o.cpu_s - 1.5).abs() < 1e-9, "{}", o.cpu_s);
+        assert_eq!(o.io_bytes, Some(30));
+        assert_eq!(o.lost, 0);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod policy;
 mod relaunch;
 pub mod resume;
 pub mod signals;
+mod work;
 mod xids;
 
 pub use event::{Event, Report};
@@ -165,6 +166,7 @@ pub fn rules(cfg: &Config) -> sentinel::Rules {
     let w = &cfg.watch;
     sentinel::Rules {
         hysteresis: w.hysteresis,
+        interval: w.interval.as_secs_f64(),
         grind_limit: w.grind_limit.as_secs_f64(),
         stale: w.stale.map(|d| d.as_secs_f64()),
         phases: cfg
@@ -263,7 +265,9 @@ impl Watcher<'_> {
                     _ => {}
                 }
             }
-            if Instant::now() < next && !chld {
+            // Sampling follows `interval` whatever the GPU reader or the run's workers spawn:
+            // only the exit of the run's main process wakes it early.
+            if Instant::now() < next && !(chld && self.run.exit_unsampled(&self.fs)) {
                 continue;
             }
             next = Instant::now() + interval;
