@@ -1,6 +1,8 @@
 //! The log signal for the sentinel: the log's size and the last step seen. It reads through
 //! the critic's incremental [`Tail`] — the same formats, key mapping, rotation, truncation and
-//! replacement handling, and only the bytes appended since the last tick.
+//! replacement handling, and only the bytes appended since the last tick. It also keeps the
+//! newest step the current launch logged itself, so verdicts about the data of an earlier
+//! launch are told apart (verdicts.rs).
 
 use crate::config::Config;
 use crate::metrics::tail::Tail;
@@ -9,6 +11,8 @@ use crate::sentinel::LogObs;
 pub struct LogTail {
     tail: Option<Tail>,
     last_step: Option<u64>,
+    /// The newest step read since [`LogTail::launched`]: one the current launch logged.
+    launch_step: Option<u64>,
 }
 
 impl LogTail {
@@ -20,7 +24,20 @@ impl LogTail {
         Ok(LogTail {
             tail,
             last_step: None,
+            launch_step: None,
         })
+    }
+
+    /// A launch is about to start: what the log holds now was written before it (read and
+    /// set aside), so only steps logged from here on are the new launch's.
+    pub fn launched(&mut self) {
+        let _ = self.poll();
+        self.launch_step = None;
+    }
+
+    /// The newest step the current launch has logged (everything read, when attached).
+    pub fn launch_reached(&self) -> Option<u64> {
+        self.launch_step
     }
 
     pub fn poll(&mut self) -> Result<LogObs, String> {
@@ -41,6 +58,9 @@ impl LogTail {
             self.last_step = newest.or(if poll.snapshot { self.last_step } else { None });
         } else if newest.is_some() {
             self.last_step = newest;
+        }
+        if let Some(n) = newest {
+            self.launch_step = Some(self.launch_step.map_or(n, |l| l.max(n)));
         }
         let bytes = std::fs::metadata(tail.path()).map_or(0, |m| m.len());
         Ok(LogObs {
@@ -83,6 +103,24 @@ mod tests {
         let o = t.poll().unwrap();
         assert_eq!(o.last_step, Some(2));
         assert_eq!(o.bytes, std::fs::metadata(&log).unwrap().len());
+    }
+
+    #[test]
+    fn a_launch_reaches_only_the_steps_logged_after_it() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut t, log) = tail(d.path(), "");
+        append(&log, "{\"step\": 93}\n{\"step\": 94}\n");
+        assert_eq!(t.poll().unwrap().last_step, Some(94));
+        assert_eq!(t.launch_reached(), Some(94), "attached: all of it");
+        // Rollback: the dead run's tail is not the new launch's, nor are lines it left unread.
+        append(&log, "{\"step\": 95}\n");
+        t.launched();
+        assert_eq!(t.launch_reached(), None);
+        assert_eq!(t.poll().unwrap().last_step, Some(95));
+        assert_eq!(t.launch_reached(), None);
+        append(&log, "{\"step\": 11}\n{\"step\": 12}\n");
+        assert_eq!(t.poll().unwrap().last_step, Some(12));
+        assert_eq!(t.launch_reached(), Some(12));
     }
 
     #[test]
