@@ -351,7 +351,8 @@ fn shell_quote(argv: &[String]) -> String {
 /// sees no exit status; the log reached total_steps, so the run finished: never relaunched.
 #[test]
 fn an_attached_run_reaped_by_its_parent_after_finishing_is_not_relaunched() {
-    let wrappers: [(&str, fn(&str) -> Vec<String>); 2] = [
+    type Wrap = fn(&str) -> Vec<String>;
+    let wrappers: [(&str, Wrap); 2] = [
         ("bash -c", |t| {
             vec!["bash".into(), "-c".into(), format!("{t}; echo finished")]
         }),
@@ -472,7 +473,7 @@ fn a_watch_restarted_after_kill_9_attaches_to_the_live_trainer() {
     assert_eq!(trainers, vec![trainer], "one trainer\n{}", run.report());
     let run = run
         .expect(0)
-        .stderr_has(&format!("attaching to it instead of starting another"));
+        .stderr_has("attaching to it instead of starting another");
     let recs = records(&env);
     let adopted = event(&recs, "adopted");
     assert_eq!(adopted.len(), 1, "{}", run.report());
@@ -603,4 +604,34 @@ fn a_crash_loop_counts_relaunches_and_says_so() {
     );
     assert_eq!(of(&recs, Kind::Relaunch).len(), 2, "{}", run.report());
     assert_eq!(pids(&env).len(), 3, "the first launch and two relaunches");
+}
+
+/// Item 10, the other side: the earlier watch was killed and its trainer is gone too. The next
+/// watch records that the earlier one died, then starts the run (from its last checkpoint).
+#[test]
+fn a_watch_after_a_dead_watch_and_a_dead_trainer_records_it_and_goes_on() {
+    let env = Env::new();
+    setup(&env, "", "");
+    let args = watch_args(&env, &[], train_argv(&env, 40, 60, &[]));
+    let mut first = spawn(&env, roger(&env, &args), "first");
+    let l = ledger(&env);
+    poll_until("a checkpoint", Duration::from_secs(60), || {
+        !of(&l.records().unwrap(), Kind::Publish).is_empty()
+    });
+    signal(first.id(), nix::sys::signal::Signal::SIGKILL);
+    wait_child(&mut first, Duration::from_secs(30));
+    let trainer = pids(&env)[0];
+    signal(trainer, nix::sys::signal::Signal::SIGKILL);
+    poll_until("the trainer to die", Duration::from_secs(30), || {
+        !alive(trainer)
+    });
+    let run = finish(&env, roger(&env, &args), &args).expect(0);
+    let recs = records(&env);
+    let died = event(&recs, "previous_watch_died");
+    assert_eq!(died.len(), 1, "{}", run.report());
+    assert_eq!(died[0].u64_field("pid"), Some(trainer as u64));
+    assert!(event(&recs, "adopted").is_empty());
+    assert_eq!(pids(&env).len(), 2, "a new trainer, as the old one is gone");
+    let run = run.stderr_has("the earlier watch of this run died");
+    assert_eq!(*steps_logged(&env).last().unwrap(), 40, "{}", run.report());
 }
