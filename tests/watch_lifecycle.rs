@@ -219,31 +219,31 @@ fn poll_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 }
 
 /// A critic `fail` verdict on the loss at `step` (diverged at `diverged_at`), observing data
-/// whose newest sample was logged at `sampled_at`, the way `roger critic` files one.
-fn file_loss_fail(env: &Env, step: u64, diverged_at: u64, sampled_at: f64) -> Record {
+/// whose newest sample was logged at `sampled_at` (when it says), the way `roger critic`
+/// files one.
+fn file_loss_fail(env: &Env, step: u64, diverged_at: u64, sampled_at: Option<f64>) -> Record {
     let check = serde_json::json!([{
         "check": "loss", "status": "fail", "observed": "NaN", "expected": "finite",
         "reason": "loss is NaN", "diverged_at": diverged_at
     }]);
-    ledger(env)
-        .append(
-            Entry::new(Kind::Verdict, "critic", "fake")
-                .step(Some(step))
-                .field("status", "fail")
-                .field("checks", check)
-                .field(
-                    "observation",
-                    serde_json::json!({"step": step, "last_sample_at": sampled_at}),
-                ),
-            chrono::Utc::now(),
-        )
-        .unwrap()
+    let mut e = Entry::new(Kind::Verdict, "critic", "fake")
+        .step(Some(step))
+        .field("status", "fail")
+        .field("checks", check);
+    if let Some(t) = sampled_at {
+        e = e.field(
+            "observation",
+            serde_json::json!({"step": step, "last_sample_at": t}),
+        );
+    }
+    ledger(env).append(e, chrono::Utc::now()).unwrap()
 }
 
 /// Item 3: after a rollback, a critic still reading the dead run's data files another fail
 /// about a step the new launch has not produced — once while roger backs off (the new launch's
-/// first tick then sees the dead run's last step in the log), once after the launch. The new
-/// launch, loading for 1.5 s before its first step, must not be killed for either.
+/// first tick then sees the dead run's last step in the log), and twice after the launch (with
+/// the dead run's sample time, and with no time at all). The new launch, loading for 1.5 s
+/// before its first step, must not be killed for any of them.
 #[test]
 fn a_stale_verdict_after_a_rollback_does_not_kill_the_relaunched_run() {
     let env = Env::new();
@@ -275,16 +275,17 @@ fn a_stale_verdict_after_a_rollback_does_not_kill_the_relaunched_run() {
         .find(|(s, _)| *s == 30)
         .unwrap()
         .1;
-    let first = file_loss_fail(&env, 30, 25, at30);
+    let first = file_loss_fail(&env, 30, 25, Some(at30));
     poll_until("the relaunch record", Duration::from_secs(60), || {
         !of(&l.records().unwrap(), Kind::Relaunch).is_empty()
     });
     // The critic, still behind, files the same failure again: about the dead run's step 30.
-    let stale = file_loss_fail(&env, 30, 25, at30);
+    let stale = file_loss_fail(&env, 30, 25, Some(at30));
     poll_until("the relaunched run", Duration::from_secs(60), || {
         !event(&l.records().unwrap(), "launched").is_empty()
     });
-    let staler = file_loss_fail(&env, 30, 25, at30);
+    let staler = file_loss_fail(&env, 30, 25, Some(at30));
+    let timeless = file_loss_fail(&env, 30, 25, None);
     let run = collect(&env, child, "watch", &args, Duration::from_secs(90)).expect(0);
     let recs = records(&env);
     let kills: Vec<&Record> = of(&recs, Kind::Kill)
@@ -298,7 +299,7 @@ fn a_stale_verdict_after_a_rollback_does_not_kill_the_relaunched_run() {
     assert_eq!(*steps_logged(&env).last().unwrap(), 70);
     // The ignored verdicts are accounted for, with why.
     let ignored = event(&recs, "verdict_ignored");
-    for v in [&stale, &staler] {
+    for v in [&stale, &staler, &timeless] {
         assert!(
             ignored
                 .iter()
@@ -532,7 +533,7 @@ fn a_divergence_kill_names_the_check_step_and_verdict() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
-    let v = file_loss_fail(&env, 30, 25, now);
+    let v = file_loss_fail(&env, 30, 25, Some(now));
     let run = collect(&env, child, "watch", &args, Duration::from_secs(90)).expect(0);
     let recs = records(&env);
     let kill = of(&recs, Kind::Kill)[0];

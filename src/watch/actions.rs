@@ -84,6 +84,7 @@ impl Watcher<'_> {
             ("code", json!(code)),
             ("signal", json!(signal)),
             ("exit_status_known", judged.is_none().into()),
+            ("how", crate::sentinel::exit_text(code, signal).into()),
             ("lived_s", super::ms(lived).into()),
         ];
         if let Some(j) = &judged {

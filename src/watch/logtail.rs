@@ -29,10 +29,12 @@ impl LogTail {
     }
 
     /// A launch is about to start: what the log holds now was written before it (read and
-    /// set aside), so only steps logged from here on are the new launch's.
+    /// set aside), so only steps logged from here on are the new launch's — and the step the
+    /// sentinel sees is none until the new launch logs one, not the dead run's last.
     pub fn launched(&mut self) {
         let _ = self.poll();
         self.launch_step = None;
+        self.last_step = None;
     }
 
     /// The newest step the current launch has logged (everything read, when attached).
@@ -116,7 +118,7 @@ mod tests {
         append(&log, "{\"step\": 95}\n");
         t.launched();
         assert_eq!(t.launch_reached(), None);
-        assert_eq!(t.poll().unwrap().last_step, Some(95));
+        assert_eq!(t.poll().unwrap().last_step, None, "not the dead run's step");
         assert_eq!(t.launch_reached(), None);
         append(&log, "{\"step\": 11}\n{\"step\": 12}\n");
         assert_eq!(t.poll().unwrap().last_step, Some(12));

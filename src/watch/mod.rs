@@ -87,7 +87,7 @@ pub(crate) struct Watcher<'a> {
     pub boot_id: Option<String>,
     /// The run's last launch, as the ledger had it when this watch started.
     pub prior: Option<single::Launch>,
-    /// This watch attached to that launch's live trainer instead of starting one.
+    /// This watch attached to that launch's live trainer (instead of starting one).
     pub adopted: bool,
     /// Unix seconds when this watch started the first launch (None when attached).
     pub first_launched_at: Option<f64>,
@@ -166,7 +166,11 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
             )?;
             (argv.clone(), run)
         }
-        (Mode::Attach(pid), _) => (w.command.clone(), child::attach(*pid, &fs)?),
+        (Mode::Attach(pid), live) => {
+            // Attaching to the run's last launch itself (or a process of it) is adopting it.
+            adopted = live.is_some();
+            (w.command.clone(), child::attach(*pid, &fs)?)
+        }
     };
     let ledger_offset = std::fs::metadata(ledger.path()).map_or(0, |m| m.len());
     let mut me = Watcher {
@@ -322,10 +326,11 @@ impl Watcher<'_> {
 
     fn start(&mut self) -> Result<u8> {
         let w = &self.cfg.watch;
-        let mode = match (self.adopted, self.run.attached()) {
-            (true, _) => "adopt",
-            (false, true) => "attach",
-            (false, false) => "supervise",
+        // "adopt": told to start the run, but its last launch still runs, so watched instead.
+        let mode = match (&self.opts.mode, self.adopted) {
+            (Mode::Attach(_), _) => "attach",
+            (Mode::Supervise(_), true) => "adopt",
+            (Mode::Supervise(_), false) => "supervise",
         };
         let mut fields = vec![("event", "start".into()), ("mode", mode.into())];
         fields.extend(self.launch_fields());

@@ -21,8 +21,8 @@ pub struct Scope {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Judged {
     Act,
-    /// No sample time to tell by, and about a step the launch has not been seen to log yet
-    /// (the critic read the line before roger's tick did): asked again for a few ticks.
+    /// About a step the launch has not been seen to log yet (the critic may have read the
+    /// line before roger's tick did): asked again for a few ticks, then ignored.
     Wait,
     Ignore(String),
 }
@@ -31,6 +31,9 @@ pub enum Judged {
 pub const WAIT_TICKS: u32 = 3;
 
 /// Is this verdict about the current launch? `reached`: the newest step the launch logged.
+/// It must be filed after the launch, not judge data logged before it, and be about a step
+/// the launch itself logged (the critic may read a line before roger's tick does: that is
+/// what waiting is for).
 pub fn judge(rb: &Rollback, scope: &Scope, reached: Option<u64>) -> Judged {
     if rb.verdict_seq <= scope.floor_seq {
         return Judged::Ignore(format!(
@@ -42,14 +45,12 @@ pub fn judge(rb: &Rollback, scope: &Scope, reached: Option<u64>) -> Judged {
     // column is not), says whose data it judged.
     let sampled = rb.sampled_at.filter(|t| t.is_finite() && *t > 1e9);
     if let (Some(at), Some(launched)) = (sampled, scope.launched_at) {
-        return if at < launched {
-            Judged::Ignore(format!(
+        if at < launched {
+            return Judged::Ignore(format!(
                 "it judged log data from {:.1}s before this launch started: an earlier launch's",
                 launched - at
-            ))
-        } else {
-            Judged::Act
-        };
+            ));
+        }
     }
     match reached {
         Some(r) if rb.step <= r => Judged::Act,
@@ -193,14 +194,19 @@ mod tests {
             "{j:?}"
         );
         assert_eq!(
-            judge(&rb(25, 30, Some(LAUNCH + 1.0)), &relaunch(), None),
-            Judged::Act,
-            "data this launch logged: the watch's own tick may lag the critic"
+            judge(&rb(25, 30, Some(LAUNCH + 1.0)), &relaunch(), Some(30)),
+            Judged::Act
+        );
+        // Data logged after the launch, but a step it has not been seen to log: the watch's
+        // tick may lag the critic (or the time is the log's mtime, not the sample's).
+        assert_eq!(
+            judge(&rb(25, 30, Some(LAUNCH + 1.0)), &relaunch(), Some(12)),
+            Judged::Wait
         );
     }
 
     #[test]
-    fn without_a_sample_time_the_step_must_be_one_this_launch_logged() {
+    fn the_step_must_be_one_this_launch_logged() {
         assert_eq!(
             judge(&rb(25, 30, None), &relaunch(), Some(12)),
             Judged::Wait
