@@ -149,6 +149,7 @@ impl Watcher<'_> {
         ended::Known {
             total_steps: self.cfg.schedule.as_ref().and_then(|s| s.total_steps),
             log_step: self.log.launch_reached(),
+            log_every: self.log.launch_cadence(),
             ckpt_step: newest(Kind::Publish),
             verdict_step: newest(Kind::Verdict),
         }

@@ -1,7 +1,8 @@
 //! An exit without a status — an attached run reaped by its own parent (bash, nohup, init)
 //! leaves roger no exit code: did the run finish? Decided from what is known, the newest step
 //! this launch logged, checkpointed, or was judged at, against `[schedule] total_steps`. A run
-//! that may have finished is never relaunched. Pure.
+//! that may have finished (no total_steps, or a last log line within one logging interval of
+//! it) is never relaunched. Pure.
 
 /// What is known about the launch that ended.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -10,6 +11,8 @@ pub struct Known {
     pub total_steps: Option<u64>,
     /// The newest step the launch logged.
     pub log_step: Option<u64>,
+    /// How many steps apart its last two log lines were.
+    pub log_every: Option<u64>,
     /// The newest checkpoint step published during the launch.
     pub ckpt_step: Option<u64>,
     /// The newest step a critic verdict filed during the launch was about.
@@ -52,6 +55,16 @@ pub fn judge(k: &Known) -> Ended {
         ));
     };
     let done: Vec<(&str, u64)> = seen.iter().copied().filter(|(_, s)| *s >= total).collect();
+    // A run that logs every N steps may have finished after its last line: not a crash.
+    let near = match (k.log_step, k.log_every) {
+        (Some(s), Some(n)) if done.is_empty() && s.saturating_add(n) > total => Some((s, n)),
+        _ => None,
+    };
+    if let Some((s, n)) = near {
+        return Ended::Unknown(format!(
+            "nothing shows whether it finished: it logs every {n} steps and its last line, step {s}, is within that of total_steps = {total}"
+        ));
+    }
     if done.is_empty() {
         Ended::Short(format!(
             "it ended short of total_steps = {total}: {}",
@@ -71,6 +84,7 @@ mod tests {
         let k = Known {
             total_steps: Some(40),
             log_step: Some(40),
+            log_every: Some(1),
             ckpt_step: Some(40),
             verdict_step: Some(38),
         };
@@ -90,6 +104,7 @@ mod tests {
         let k = Known {
             total_steps: Some(40),
             log_step: Some(15),
+            log_every: Some(1),
             ckpt_step: Some(10),
             verdict_step: None,
         };
@@ -107,6 +122,14 @@ mod tests {
         assert!(
             matches!(judge(&k), Ended::Unknown(w) if w.contains("total_steps is not declared"))
         );
+        // Logging every 50 steps, last line at 1200 of 1234: it may have finished unlogged.
+        let k = Known {
+            total_steps: Some(1234),
+            log_step: Some(1200),
+            log_every: Some(50),
+            ..Known::default()
+        };
+        assert!(matches!(judge(&k), Ended::Unknown(w) if w.contains("logs every 50 steps")));
         assert!(matches!(
             judge(&Known { total_steps: Some(5), ..Known::default() }),
             Ended::Short(w) if w.contains("no step was logged")

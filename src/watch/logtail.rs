@@ -13,6 +13,9 @@ pub struct LogTail {
     last_step: Option<u64>,
     /// The newest step read since [`LogTail::launched`]: one the current launch logged.
     launch_step: Option<u64>,
+    /// The launch's logging cadence: the last step minus the one logged before it.
+    launch_gap: Option<u64>,
+    launch_prev: Option<u64>,
 }
 
 impl LogTail {
@@ -25,6 +28,8 @@ impl LogTail {
             tail,
             last_step: None,
             launch_step: None,
+            launch_gap: None,
+            launch_prev: None,
         })
     }
 
@@ -35,6 +40,13 @@ impl LogTail {
         let _ = self.poll();
         self.launch_step = None;
         self.last_step = None;
+        self.launch_gap = None;
+        self.launch_prev = None;
+    }
+
+    /// Steps between the launch's last two logged steps (how often it logs).
+    pub fn launch_cadence(&self) -> Option<u64> {
+        self.launch_gap
     }
 
     /// The newest step the current launch has logged (everything read, when attached).
@@ -49,8 +61,18 @@ impl LogTail {
             .ok_or_else(|| "no [run] log in the config: progress cannot be seen".to_string())?;
         let shown = tail.path().display().to_string();
         let mut newest = None;
+        let (prev, gap) = (&mut self.launch_prev, &mut self.launch_gap);
         let poll = tail
-            .poll_into(&mut |recs| newest = recs.last().map(|r| r.step).or(newest))
+            .poll_into(&mut |recs| {
+                for r in recs.iter() {
+                    match *prev {
+                        Some(p) if r.step > p => *gap = Some(r.step - p),
+                        _ => {}
+                    }
+                    *prev = Some(r.step);
+                }
+                newest = recs.last().map(|r| r.step).or(newest)
+            })
             .map_err(|e| format!("{e:#}"))?;
         if poll.missing {
             return Err(format!("{shown}: the log does not exist (yet)"));
@@ -123,6 +145,10 @@ mod tests {
         append(&log, "{\"step\": 11}\n{\"step\": 12}\n");
         assert_eq!(t.poll().unwrap().last_step, Some(12));
         assert_eq!(t.launch_reached(), Some(12));
+        assert_eq!(t.launch_cadence(), Some(1));
+        append(&log, "{\"step\": 50}\n");
+        t.poll().unwrap();
+        assert_eq!(t.launch_cadence(), Some(38));
     }
 
     #[test]
