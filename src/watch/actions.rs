@@ -42,6 +42,7 @@ impl Watcher<'_> {
                 ("event", "signal".into()),
                 ("signal", sig.as_str().into()),
                 ("forwarded_to", json!(pids)),
+                ("dry_run", self.opts.dry_run.into()),
             ],
         )?;
         self.report.event(&Event::Signal {

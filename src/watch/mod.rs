@@ -270,60 +270,6 @@ impl Watcher<'_> {
         self.t0.elapsed().as_secs_f64()
     }
 
-    /// Who the current launch is, for a later watch to find it: pid, start time, boot.
-    pub(crate) fn launch_fields(&self) -> Vec<(&'static str, Value)> {
-        vec![
-            ("pid", self.run.main.pid.into()),
-            ("start_ticks", self.run.main.start.into()),
-            ("boot_id", self.boot_id.clone().into()),
-        ]
-    }
-
-    /// Say what this watch found of the run's last launch: adopted its live trainer, or its
-    /// watch died (no `done` record) and the trainer is gone.
-    fn note_prior(&mut self) -> Result<()> {
-        let Some(p) = self.prior.clone() else {
-            return Ok(());
-        };
-        if self.adopted {
-            let rec = self.record(
-                Kind::Watch,
-                None,
-                vec![
-                    ("event", "adopted".into()),
-                    ("pid", p.pid.into()),
-                    ("start_ticks", p.start.into()),
-                    ("boot_id", self.boot_id.clone().into()),
-                    ("launched_seq", p.seq.into()),
-                    ("earlier_watch_done", p.watch_done.into()),
-                ],
-            )?;
-            self.report.event(&Event::Adopted {
-                seq: rec.seq,
-                pid: p.pid,
-                launched_seq: p.seq,
-                earlier_watch_done: p.watch_done,
-            });
-        } else if !p.watch_done && p.pid != self.run.main.pid {
-            let rec = self.record(
-                Kind::Watch,
-                None,
-                vec![
-                    ("event", "previous_watch_died".into()),
-                    ("pid", p.pid.into()),
-                    ("launched_seq", p.seq.into()),
-                    ("trainer", "gone".into()),
-                ],
-            )?;
-            self.report.event(&Event::PreviousWatchDied {
-                seq: rec.seq,
-                pid: p.pid,
-                launched_seq: p.seq,
-            });
-        }
-        Ok(())
-    }
-
     fn start(&mut self) -> Result<u8> {
         let w = &self.cfg.watch;
         // "adopt": told to start the run, but its last launch still runs, so watched instead.

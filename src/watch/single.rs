@@ -4,10 +4,12 @@
 //! of starting a second trainer beside it (a watch killed with `kill -9` leaves its trainer
 //! running). [`last_launch`] is pure; the lock and the /proc look are the edge.
 
+use super::{Event, Watcher};
 use crate::ledger::{Kind, Record};
 use crate::sys::proc::ProcSource;
 use anyhow::{anyhow, bail, Context, Result};
 use nix::fcntl::{Flock, FlockArg};
+use serde_json::Value;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -147,6 +149,62 @@ pub fn in_launch(fs: &dyn ProcSource, l: &Launch, pid: u32) -> bool {
         || crate::sys::proc::tree(fs, &[l.pid])
             .map(|t| t.iter().any(|s| s.id.pid == pid))
             .unwrap_or(false)
+}
+
+impl Watcher<'_> {
+    /// Who the current launch is, for a later watch to find it: pid, start time, boot.
+    pub(crate) fn launch_fields(&self) -> Vec<(&'static str, Value)> {
+        vec![
+            ("pid", self.run.main.pid.into()),
+            ("start_ticks", self.run.main.start.into()),
+            ("boot_id", self.boot_id.clone().into()),
+        ]
+    }
+
+    /// Say what this watch found of the run's last launch: adopted its live trainer, or its
+    /// watch died (no `done` record) and the trainer is gone.
+    pub(super) fn note_prior(&mut self) -> Result<()> {
+        let Some(p) = self.prior.clone() else {
+            return Ok(());
+        };
+        if self.adopted {
+            let rec = self.record(
+                Kind::Watch,
+                None,
+                vec![
+                    ("event", "adopted".into()),
+                    ("pid", p.pid.into()),
+                    ("start_ticks", p.start.into()),
+                    ("boot_id", self.boot_id.clone().into()),
+                    ("launched_seq", p.seq.into()),
+                    ("earlier_watch_done", p.watch_done.into()),
+                ],
+            )?;
+            self.report.event(&Event::Adopted {
+                seq: rec.seq,
+                pid: p.pid,
+                launched_seq: p.seq,
+                earlier_watch_done: p.watch_done,
+            });
+        } else if !p.watch_done && p.pid != self.run.main.pid {
+            let rec = self.record(
+                Kind::Watch,
+                None,
+                vec![
+                    ("event", "previous_watch_died".into()),
+                    ("pid", p.pid.into()),
+                    ("launched_seq", p.seq.into()),
+                    ("trainer", "gone".into()),
+                ],
+            )?;
+            self.report.event(&Event::PreviousWatchDied {
+                seq: rec.seq,
+                pid: p.pid,
+                launched_seq: p.seq,
+            });
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
