@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! fake_train --log FILE --ckpt-dir DIR [--staging DIR] [--steps N] [--step-ms MS]
-//!            [--save-every K] [--config FILE]
+//!            [--save-every K] [--config FILE] [--start-ms MS]
 //!   cues (first launch only, i.e. without ROGER_RESUME_CKPT):
 //!            --wedge-at S [--wedge-ms MS]   sleep silently (0 = forever)
 //!            --grind-at S  --grind-ms MS    busy loop, nothing logged
@@ -18,6 +18,7 @@
 //!   always:  --crash-on-resume              exit 4 right away when resuming (a crash loop)
 //!            --ignore-term                  ignore SIGTERM
 //!            --pid-file FILE                append our pid
+//!            --start-ms MS                  sleep before the first step (loading a model)
 //!            --term-file FILE               on SIGTERM write the time (unix ms) here, exit 143
 //! ```
 
@@ -41,6 +42,7 @@ struct Opts {
     config: Option<String>,
     steps: u64,
     step_ms: u64,
+    start_ms: u64,
     save_every: u64,
     wedge_at: Option<u64>,
     wedge_ms: u64,
@@ -85,6 +87,7 @@ fn parse() -> Opts {
             "--config" => o.config = Some(val()),
             "--steps" => o.steps = num(val()),
             "--step-ms" => o.step_ms = num(val()),
+            "--start-ms" => o.start_ms = num(val()),
             "--save-every" => o.save_every = num(val()),
             "--wedge-at" => o.wedge_at = Some(num(val())),
             "--wedge-ms" => o.wedge_ms = num(val()),
@@ -241,6 +244,9 @@ fn main() {
         .append(true)
         .open(&o.log)
         .unwrap_or_else(|e| die(&format!("log {}: {e}", o.log.display())));
+    if o.start_ms > 0 {
+        quiet_sleep(&o, o.start_ms);
+    }
     while step < o.steps {
         check_term(&o);
         step += 1;

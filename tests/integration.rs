@@ -14,3 +14,4 @@ mod publish;
 mod quarantine;
 mod watch;
 mod watch_shapes;
+mod watch_lifecycle;

@@ -241,33 +241,6 @@ fn a_grind_within_its_limit_is_left_alone() {
 }
 
 #[test]
-fn a_crash_loop_trips_the_breaker() {
-    let env = Env::new();
-    setup(&env, "breaker_crashes = 2\nbreaker_within = \"20s\"");
-    let args = watch_args(
-        &env,
-        &[],
-        train_argv(&env, &["--crash-at", "15", "--crash-on-resume"]),
-    );
-    let run = finish(&env, roger(&env, &args), &args).expect(75);
-    let recs = records(&env);
-    let breakers = of(&recs, Kind::Breaker);
-    assert_eq!(breakers.len(), 1, "{}", run.report());
-    assert_eq!(breakers[0].str_field("breaker"), Some("crash_loop"));
-    assert!(breakers[0]
-        .str_field("evidence")
-        .unwrap()
-        .contains("2 consecutive runs"));
-    assert_eq!(
-        of(&recs, Kind::Relaunch).len(),
-        1,
-        "2 runs: the first and one relaunch"
-    );
-    assert_eq!(pids(&env).len(), 2);
-    run.stdout_has("breaker crash_loop open");
-}
-
-#[test]
 fn a_sigterm_ignoring_run_is_sigkilled_after_the_grace() {
     let env = Env::new();
     setup(&env, "");

@@ -1,5 +1,6 @@
 //! `roger watch`: turn flags into watch options, pick the printer (human lines or `--json`
-//! events), run the watch.
+//! events), run the watch. Decisions (kills, relaunches, breakers, the final `done`) also go to
+//! stderr in words, so `nohup roger watch ... >/dev/null` still says why it stopped.
 
 use crate::cli::Global;
 use crate::outln;
@@ -67,6 +68,7 @@ impl Report for JsonReport {
         if let Ok(line) = serde_json::to_string(e) {
             outln!("{line}");
         }
+        to_stderr(e);
     }
     fn tick(&mut self, a: &Assessment) {
         status_line(a);
@@ -78,9 +80,29 @@ struct HumanReport;
 impl Report for HumanReport {
     fn event(&mut self, e: &Event) {
         outln!("{}", human(e));
+        to_stderr(e);
     }
     fn tick(&mut self, a: &Assessment) {
         status_line(a);
+    }
+}
+
+/// Every decision, in words, on stderr too (stdout may be discarded). What ends the watch
+/// with a code other than 0 is an error, so `--quiet` keeps it.
+fn to_stderr(e: &Event) {
+    match e {
+        Event::Breaker { .. } | Event::Done { code: 1.., .. } => tracing::error!("{}", human(e)),
+        Event::Kill { .. }
+        | Event::Stopped { .. }
+        | Event::Signal { .. }
+        | Event::Adopted { .. }
+        | Event::PreviousWatchDied { .. } => tracing::warn!("{}", human(e)),
+        Event::Relaunch { .. }
+        | Event::Launched { .. }
+        | Event::Exited { .. }
+        | Event::VerdictIgnored { .. }
+        | Event::Done { .. } => tracing::info!("{}", human(e)),
+        _ => {}
     }
 }
 
@@ -153,11 +175,42 @@ pub fn human(e: &Event) -> String {
         Event::Kill {
             seq,
             reason,
+            why,
             pids,
             dry_run,
         } => format!(
-            "{}kill ({reason}) pids {pids:?}: ledger #{seq}",
-            if *dry_run { "dry run, would " } else { "" }
+            "{}kill ({reason}{}) pids {pids:?}: ledger #{seq}",
+            if *dry_run { "dry run, would " } else { "" },
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(": {why}")
+            }
+        ),
+        Event::Adopted {
+            seq,
+            pid,
+            launched_seq,
+            earlier_watch_done,
+        } => format!(
+            "the run's trainer pid {pid} (launched at ledger #{launched_seq}{}) is still running: attaching to it instead of starting another: ledger #{seq}",
+            if *earlier_watch_done { "" } else { " by a watch that died without a done record" }
+        ),
+        Event::PreviousWatchDied {
+            seq,
+            pid,
+            launched_seq,
+        } => format!(
+            "the earlier watch of this run died without a done record (killed?); its trainer pid {pid} (ledger #{launched_seq}) is gone: going on: ledger #{seq}"
+        ),
+        Event::VerdictIgnored {
+            seq,
+            verdict_seq,
+            check,
+            step,
+            why,
+        } => format!(
+            "critic verdict #{verdict_seq} (check '{check}' failed at step {step}) is not about this launch, not acted on: {why}: ledger #{seq}"
         ),
         Event::Stopped {
             sigterm,

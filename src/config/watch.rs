@@ -27,7 +27,9 @@ pub struct WatchConfig {
     pub relaunch_window: Dur,
     pub backoff_initial: Dur,
     pub backoff_max: Dur,
-    /// Crash-loop breaker: this many consecutive runs dying within `breaker_within` of start.
+    /// Loop breakers: this many consecutive relaunches (the first launch is not counted) each
+    /// ending within `breaker_within` of its start; named for what ended them (crash_loop,
+    /// rollback_loop, wedge_loop, or relaunch_loop when mixed).
     pub breaker_crashes: u32,
     pub breaker_within: Dur,
     /// Progress breaker: last good checkpoint step unchanged across this many relaunches.

@@ -88,6 +88,15 @@ pub fn pressure(m: &Memory) -> (Pressure, String) {
     }
 }
 
+/// This boot's id (/proc/sys/kernel/random/boot_id): with a start time, it tells a process
+/// recorded before a reboot from a new one that got the same pid.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

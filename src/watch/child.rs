@@ -245,6 +245,16 @@ pub struct Stopped {
     pub via: Option<proc::Via>,
 }
 
+/// Leave to signal the run: [`stop`], the only way roger signals it, takes one, and a dry run
+/// never gets one — so no path of a dry run can signal, whatever it decides.
+pub struct MaySignal(());
+
+impl MaySignal {
+    pub(super) fn unless_dry_run(dry_run: bool) -> Option<MaySignal> {
+        (!dry_run).then_some(MaySignal(()))
+    }
+}
+
 /// `first` (SIGTERM, or the signal roger received) to every member, wait up to `grace`,
 /// SIGKILL what is left. Reaps what is ours.
 pub fn stop(
@@ -253,6 +263,7 @@ pub fn stop(
     first: Signal,
     grace: Duration,
     fs: &dyn ProcSource,
+    _leave: &MaySignal,
 ) -> Result<Stopped> {
     let t0 = Instant::now();
     let mut out = Stopped {

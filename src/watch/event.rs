@@ -34,8 +34,33 @@ pub enum Event {
     Kill {
         seq: u64,
         reason: String,
+        /// What caused it, in words: the check, step and verdict for a divergence; the
+        /// sentinel's first reason for a wedge.
+        why: String,
         pids: Vec<u32>,
         dry_run: bool,
+    },
+    /// The run's last launch (by an earlier watch) is still running: watched, not restarted.
+    Adopted {
+        seq: u64,
+        pid: u32,
+        launched_seq: u64,
+        earlier_watch_done: bool,
+    },
+    /// The earlier watch of this run ended without a `done` record (killed) and its trainer
+    /// is gone.
+    PreviousWatchDied {
+        seq: u64,
+        pid: u32,
+        launched_seq: u64,
+    },
+    /// A critic failure that is not about the current launch.
+    VerdictIgnored {
+        seq: u64,
+        verdict_seq: u64,
+        check: String,
+        step: u64,
+        why: String,
     },
     Stopped {
         sigterm: Vec<u32>,

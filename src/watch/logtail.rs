@@ -1,6 +1,8 @@
 //! The log signal for the sentinel: the log's size and the last step seen. It reads through
 //! the critic's incremental [`Tail`] — the same formats, key mapping, rotation, truncation and
-//! replacement handling, and only the bytes appended since the last tick.
+//! replacement handling, and only the bytes appended since the last tick. It also keeps the
+//! newest step the current launch logged itself, so verdicts about the data of an earlier
+//! launch are told apart (verdicts.rs).
 
 use crate::config::Config;
 use crate::metrics::tail::Tail;
@@ -9,6 +11,11 @@ use crate::sentinel::LogObs;
 pub struct LogTail {
     tail: Option<Tail>,
     last_step: Option<u64>,
+    /// The newest step read since [`LogTail::launched`]: one the current launch logged.
+    launch_step: Option<u64>,
+    /// The launch's logging cadence: the last step minus the one logged before it.
+    launch_gap: Option<u64>,
+    launch_prev: Option<u64>,
 }
 
 impl LogTail {
@@ -20,7 +27,31 @@ impl LogTail {
         Ok(LogTail {
             tail,
             last_step: None,
+            launch_step: None,
+            launch_gap: None,
+            launch_prev: None,
         })
+    }
+
+    /// A launch is about to start: what the log holds now was written before it (read and
+    /// set aside), so only steps logged from here on are the new launch's — and the step the
+    /// sentinel sees is none until the new launch logs one, not the dead run's last.
+    pub fn launched(&mut self) {
+        let _ = self.poll();
+        self.launch_step = None;
+        self.last_step = None;
+        self.launch_gap = None;
+        self.launch_prev = None;
+    }
+
+    /// Steps between the launch's last two logged steps (how often it logs).
+    pub fn launch_cadence(&self) -> Option<u64> {
+        self.launch_gap
+    }
+
+    /// The newest step the current launch has logged (everything read, when attached).
+    pub fn launch_reached(&self) -> Option<u64> {
+        self.launch_step
     }
 
     pub fn poll(&mut self) -> Result<LogObs, String> {
@@ -30,8 +61,18 @@ impl LogTail {
             .ok_or_else(|| "no [run] log in the config: progress cannot be seen".to_string())?;
         let shown = tail.path().display().to_string();
         let mut newest = None;
+        let (prev, gap) = (&mut self.launch_prev, &mut self.launch_gap);
         let poll = tail
-            .poll_into(&mut |recs| newest = recs.last().map(|r| r.step).or(newest))
+            .poll_into(&mut |recs| {
+                for r in recs.iter() {
+                    match *prev {
+                        Some(p) if r.step > p => *gap = Some(r.step - p),
+                        _ => {}
+                    }
+                    *prev = Some(r.step);
+                }
+                newest = recs.last().map(|r| r.step).or(newest)
+            })
             .map_err(|e| format!("{e:#}"))?;
         if poll.missing {
             return Err(format!("{shown}: the log does not exist (yet)"));
@@ -41,6 +82,9 @@ impl LogTail {
             self.last_step = newest.or(if poll.snapshot { self.last_step } else { None });
         } else if newest.is_some() {
             self.last_step = newest;
+        }
+        if let Some(n) = newest {
+            self.launch_step = Some(self.launch_step.map_or(n, |l| l.max(n)));
         }
         let bytes = std::fs::metadata(tail.path()).map_or(0, |m| m.len());
         Ok(LogObs {
@@ -83,6 +127,28 @@ mod tests {
         let o = t.poll().unwrap();
         assert_eq!(o.last_step, Some(2));
         assert_eq!(o.bytes, std::fs::metadata(&log).unwrap().len());
+    }
+
+    #[test]
+    fn a_launch_reaches_only_the_steps_logged_after_it() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut t, log) = tail(d.path(), "");
+        append(&log, "{\"step\": 93}\n{\"step\": 94}\n");
+        assert_eq!(t.poll().unwrap().last_step, Some(94));
+        assert_eq!(t.launch_reached(), Some(94), "attached: all of it");
+        // Rollback: the dead run's tail is not the new launch's, nor are lines it left unread.
+        append(&log, "{\"step\": 95}\n");
+        t.launched();
+        assert_eq!(t.launch_reached(), None);
+        assert_eq!(t.poll().unwrap().last_step, None, "not the dead run's step");
+        assert_eq!(t.launch_reached(), None);
+        append(&log, "{\"step\": 11}\n{\"step\": 12}\n");
+        assert_eq!(t.poll().unwrap().last_step, Some(12));
+        assert_eq!(t.launch_reached(), Some(12));
+        assert_eq!(t.launch_cadence(), Some(1));
+        append(&log, "{\"step\": 50}\n");
+        t.poll().unwrap();
+        assert_eq!(t.launch_cadence(), Some(38));
     }
 
     #[test]

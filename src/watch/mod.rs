@@ -1,11 +1,14 @@
 //! `roger watch`: supervise (or attach to) a training run, sample it every interval, let the
 //! sentinel classify it, and act — always after a ledger record. This file owns setup and the
-//! loop; `observe.rs` the sample each tick; `actions.rs` what happens on wedge, zombie, exit and
-//! rollback; `relaunch.rs` the way back; `policy.rs` when to give up; `child.rs` the
-//! processes; `resume.rs` where a relaunch resumes; `event.rs` what is reported.
+//! loop; `observe.rs` the sample each tick; `verdicts.rs` which critic verdicts the current
+//! launch acts on; `actions.rs` what happens on wedge, zombie, exit and rollback; `ended.rs`
+//! whether a run whose exit status was lost finished; `relaunch.rs` the way back; `policy.rs`
+//! when to give up; `single.rs` one watch and one trainer per run; `child.rs` the processes;
+//! `resume.rs` where a relaunch resumes; `event.rs` what is reported.
 
 mod actions;
 pub mod child;
+pub mod ended;
 mod event;
 pub mod logtail;
 mod observe;
@@ -14,6 +17,8 @@ mod relaunch;
 pub mod resume;
 pub mod signals;
 mod work;
+pub mod single;
+pub mod verdicts;
 mod xids;
 
 pub use event::{Event, Report};
@@ -72,7 +77,21 @@ pub(crate) struct Watcher<'a> {
     pub slurm_restarts: u32,
     /// Ledger bytes already looked at for new verdicts.
     pub ledger_offset: u64,
-    pub start_seq: u64,
+    /// The current launch, for telling its verdicts from an earlier launch's.
+    pub launch: verdicts::Scope,
+    /// Verdicts about a step the launch has not been seen to log yet, with ticks left.
+    pub pending: Vec<(resume::Rollback, u32)>,
+    /// Leave to signal the run; None in a dry run, so nothing can.
+    pub may_signal: Option<child::MaySignal>,
+    /// One watch per run, held until the watch ends.
+    pub _lock: single::RunLock,
+    pub boot_id: Option<String>,
+    /// The run's last launch, as the ledger had it when this watch started.
+    pub prior: Option<single::Launch>,
+    /// This watch attached to that launch's live trainer (instead of starting one).
+    pub adopted: bool,
+    /// Unix seconds when this watch started the first launch (None when attached).
+    pub first_launched_at: Option<f64>,
     /// Dry run: the current episode was recorded already.
     pub recorded_episode: bool,
     pub run_gpus: Vec<u32>,
@@ -94,15 +113,40 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         floor,
         calibrate::prior_gap(&records, &run_name),
     );
+    // One watch per run: refused here, before anything is started or recorded.
+    let lock = single::lock(ledger.path(), &run_name)?;
+    let fs = ProcFs::default();
+    let boot_id = crate::sys::host::boot_id();
+    let prior = single::last_launch(&records, &run_name);
+    let live = prior
+        .clone()
+        .filter(|p| single::alive(&fs, p, boot_id.as_deref()));
     let sig = signals::Signals::install()?;
     child::become_subreaper();
-    let fs = ProcFs::default();
     let slurm_restarts = std::env::var("SLURM_RESTART_COUNT")
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
-    let (template, run) = match &opts.mode {
-        Mode::Supervise(argv) => {
+    let mut log = logtail::LogTail::new(cfg)?;
+    let mut first_launched_at = None;
+    let mut adopted = false;
+    let (template, run) = match (&opts.mode, &live) {
+        // The earlier watch's trainer still runs (that watch was killed): one trainer per run.
+        (Mode::Supervise(argv), Some(l)) => {
+            let run = child::attach(l.pid, &fs)?;
+            if Some(run.main.start) != l.start {
+                anyhow::bail!("pid {} changed while roger looked at it; try again", l.pid);
+            }
+            adopted = true;
+            (argv.clone(), run)
+        }
+        (Mode::Attach(pid), Some(l)) if !single::in_launch(&fs, l, *pid) => anyhow::bail!(
+            "run '{run_name}' already has a live trainer, pid {} (ledger #{}): attach to that one (roger watch --pid {}) or stop it first; one run has at most one trainer",
+            l.pid,
+            l.seq,
+            l.pid
+        ),
+        (Mode::Supervise(argv), None) => {
             let first = resume::choose(
                 &records,
                 &run_name,
@@ -113,6 +157,9 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
                 ckpt: first.chosen,
                 diverged_at: None,
             };
+            // What the log holds already is not this launch's.
+            log.launched();
+            first_launched_at = Some(unix_now());
             let run = child::spawn(
                 &resume::fill(argv, &r.placeholders()),
                 &child_env(cfg, &r),
@@ -120,7 +167,11 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
             )?;
             (argv.clone(), run)
         }
-        Mode::Attach(pid) => (w.command.clone(), child::attach(*pid, &fs)?),
+        (Mode::Attach(pid), live) => {
+            // Attaching to the run's last launch itself (or a process of it) is adopting it.
+            adopted = live.is_some();
+            (w.command.clone(), child::attach(*pid, &fs)?)
+        }
     };
     let ledger_offset = std::fs::metadata(ledger.path()).map_or(0, |m| m.len());
     let mut me = Watcher {
@@ -134,14 +185,24 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         t0: Instant::now(),
         template,
         sentinel: Sentinel::new(rules(cfg), calibration, 0.0),
-        log: logtail::LogTail::new(cfg)?,
+        log,
         run,
         ends: Vec::new(),
         resumed: Vec::new(),
         relaunches: 0,
         slurm_restarts,
         ledger_offset,
-        start_seq: records.last().map_or(0, |r| r.seq),
+        launch: verdicts::Scope {
+            floor_seq: records.last().map_or(0, |r| r.seq),
+            launched_at: None,
+        },
+        pending: Vec::new(),
+        may_signal: child::MaySignal::unless_dry_run(opts.dry_run),
+        _lock: lock,
+        boot_id,
+        prior,
+        adopted,
+        first_launched_at,
         recorded_episode: false,
         run_gpus: Vec::new(),
         disk: Default::default(),
@@ -213,35 +274,37 @@ impl Watcher<'_> {
 
     fn start(&mut self) -> Result<u8> {
         let w = &self.cfg.watch;
-        self.record(
+        // "adopt": told to start the run, but its last launch still runs, so watched instead.
+        let mode = match (&self.opts.mode, self.adopted) {
+            (Mode::Attach(_), _) => "attach",
+            (Mode::Supervise(_), true) => "adopt",
+            (Mode::Supervise(_), false) => "supervise",
+        };
+        let mut fields = vec![("event", "start".into()), ("mode", mode.into())];
+        fields.extend(self.launch_fields());
+        let start = self.record(
             Kind::Watch,
             None,
-            vec![
-                ("event", "start".into()),
-                (
-                    "mode",
-                    if self.run.attached() {
-                        "attach"
-                    } else {
-                        "supervise"
-                    }
-                    .into(),
-                ),
-                ("pid", self.run.main.pid.into()),
-                ("command", serde_json::to_value(&self.template)?),
-                ("interval_s", w.interval.as_secs_f64().into()),
-                ("hysteresis", w.hysteresis.into()),
-                (
-                    "stale",
-                    w.stale
-                        .map_or("calibrated".to_string(), |d| d.to_string())
-                        .into(),
-                ),
-                ("grind_limit_s", w.grind_limit.as_secs_f64().into()),
-                ("slurm_restart_count", self.slurm_restarts.into()),
-                ("dry_run", self.opts.dry_run.into()),
-            ],
+            [
+                fields,
+                vec![
+                    ("command", serde_json::to_value(&self.template)?),
+                    ("interval_s", w.interval.as_secs_f64().into()),
+                    ("hysteresis", w.hysteresis.into()),
+                    (
+                        "stale",
+                        w.stale
+                            .map_or("calibrated".to_string(), |d| d.to_string())
+                            .into(),
+                    ),
+                    ("grind_limit_s", w.grind_limit.as_secs_f64().into()),
+                    ("slurm_restart_count", self.slurm_restarts.into()),
+                    ("dry_run", self.opts.dry_run.into()),
+                ],
+            ]
+            .concat(),
         )?;
+        self.scope_launch(start.seq, self.first_launched_at);
         let ev = Event::Start {
             run: self.run_name.clone(),
             pid: self.run.main.pid,
@@ -250,6 +313,7 @@ impl Watcher<'_> {
             dry_run: self.opts.dry_run,
         };
         self.report.event(&ev);
+        self.note_prior()?;
         let interval = self.cfg.watch.interval.0;
         let mut next = Instant::now();
         loop {
@@ -354,6 +418,13 @@ impl Watcher<'_> {
         }
         Ok(Flow::Continue)
     }
+}
+
+/// Wall-clock unix seconds (what a log's sample times are compared with).
+pub(crate) fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Seconds rounded to milliseconds, for records and events people read.

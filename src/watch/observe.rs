@@ -1,10 +1,10 @@
-//! One tick's observations: the sample the sentinel judges (process tree, log, GPU), new
-//! critic verdicts that ask for a rollback, and the optional disk check.
+//! One tick's observations: the sample the sentinel judges (process tree, log, GPU) and the
+//! optional disk check. (Critic verdicts that ask for a rollback: verdicts.rs.)
 
-use super::{resume, Watcher};
+use super::Watcher;
 use crate::gpu::GpuError;
 use crate::sentinel::{GpuObs, Sample};
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 impl Watcher<'_> {
     pub(super) fn sample(&mut self) -> Sample {
@@ -71,40 +71,5 @@ impl Watcher<'_> {
             tracing::warn!("disk check failed: {e:#}");
         }
         Ok(())
-    }
-
-    /// New `verdict` records (appended since the last tick) that ask for a rollback.
-    pub(super) fn new_rollback(&mut self) -> Result<Option<resume::Rollback>> {
-        if self.cfg.watch.rollback_on.is_empty() || self.run.poll_exit(&self.fs).is_some() {
-            return Ok(None);
-        }
-        let path = self.ledger.path();
-        let len = std::fs::metadata(path).map_or(0, |m| m.len());
-        if len <= self.ledger_offset {
-            return Ok(None);
-        }
-        use std::io::{Read, Seek, SeekFrom};
-        let mut f =
-            std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-        f.seek(SeekFrom::Start(self.ledger_offset))?;
-        let mut buf = Vec::new();
-        f.take(len - self.ledger_offset).read_to_end(&mut buf)?;
-        let Some(end) = buf.iter().rposition(|&b| b == b'\n') else {
-            return Ok(None);
-        };
-        self.ledger_offset += end as u64 + 1;
-        let scan = crate::ledger::scan_bytes(&buf[..=end]);
-        // A verdict about a step this launch has not reached is about the data before a
-        // rollback: stale, not a new divergence.
-        let reached = self.sentinel.last_step();
-        Ok(scan
-            .records
-            .iter()
-            .filter(|r| r.seq > self.start_seq)
-            .filter(|r| match (r.step, reached) {
-                (Some(v), Some(l)) => v <= l,
-                _ => true,
-            })
-            .find_map(|r| resume::rollback_trigger(r, &self.run_name, &self.cfg.watch.rollback_on)))
     }
 }

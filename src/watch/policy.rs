@@ -1,6 +1,7 @@
 //! When to relaunch and when to give up: the relaunch budget (total and per window, counting
-//! SLURM requeues), exponential backoff, the crash-loop breaker, the progress breaker, and the
-//! GPU-memory gate before a relaunch. Pure: plain numbers in, a decision out.
+//! SLURM requeues), exponential backoff, the loop breakers (named for what ended the launches:
+//! crash_loop, rollback_loop, wedge_loop, relaunch_loop when mixed), the progress breaker, and
+//! the GPU-memory gate before a relaunch. Pure: plain numbers in, a decision out.
 
 use crate::config::WatchConfig;
 use crate::gpu::GpuSnapshot;
@@ -11,8 +12,48 @@ use serde::Serialize;
 pub struct RunEnd {
     /// Seconds from launch to end.
     pub lived_s: f64,
-    /// What ended it: "exit 1", "wedge", "zombie", "divergence", ...
+    /// What ended it, in words: "main process exited with code 1", "critic fail: loss", ...
     pub how: String,
+    pub cause: Cause,
+    /// Started by a relaunch of this watch (the first launch only starts the relaunching: it
+    /// is never part of a loop).
+    pub relaunched: bool,
+}
+
+/// Who ended a launch: the run itself, or roger (and why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// It exited or died by itself (a zombie's leftovers cleaned by roger included).
+    Crash,
+    /// roger killed it as wedged.
+    Wedge,
+    /// roger killed it on a critic failure (a rollback).
+    Divergence,
+}
+
+impl Cause {
+    fn loop_name(self) -> &'static str {
+        match self {
+            Cause::Crash => "crash_loop",
+            Cause::Wedge => "wedge_loop",
+            Cause::Divergence => "rollback_loop",
+        }
+    }
+    fn verb(self) -> &'static str {
+        match self {
+            Cause::Crash => "crashed",
+            Cause::Wedge => "were killed by roger as wedged",
+            Cause::Divergence => "were killed by roger for divergence",
+        }
+    }
+    fn noun(self) -> &'static str {
+        match self {
+            Cause::Crash => "crashed",
+            Cause::Wedge => "killed as wedged",
+            Cause::Divergence => "killed for divergence",
+        }
+    }
 }
 
 /// What the policy sees.
@@ -47,25 +88,8 @@ pub enum Decision {
 }
 
 pub fn decide(cfg: &WatchConfig, h: &History) -> Decision {
-    let within = cfg.breaker_within.as_secs_f64();
-    let k = cfg.breaker_crashes as usize;
-    if k > 0
-        && h.ends.len() >= k
-        && h.ends[h.ends.len() - k..]
-            .iter()
-            .all(|e| e.lived_s < within)
-    {
-        let last: Vec<String> = h.ends[h.ends.len() - k..]
-            .iter()
-            .map(|e| format!("{} after {:.1}s", e.how, e.lived_s))
-            .collect();
-        return Decision::Stop {
-            breaker: "crash_loop",
-            evidence: format!(
-                "{k} consecutive runs died within {within:.0}s of start: {}",
-                last.join("; ")
-            ),
-        };
+    if let Some(stop) = loop_breaker(cfg, h.ends) {
+        return stop;
     }
     let m = cfg.breaker_no_progress as usize;
     if m > 0
@@ -102,6 +126,7 @@ pub fn decide(cfg: &WatchConfig, h: &History) -> Decision {
         };
     }
     // Back off harder while runs keep dying young; a run that lived resets it.
+    let within = cfg.breaker_within.as_secs_f64();
     let quick = h
         .ends
         .iter()
@@ -114,6 +139,44 @@ pub fn decide(cfg: &WatchConfig, h: &History) -> Decision {
         attempt: used + 1,
         backoff_s: backoff,
     }
+}
+
+/// `breaker_crashes` consecutive relaunches that each ended within `breaker_within` of their
+/// start: a loop, named for what ended them, with the count of each.
+fn loop_breaker(cfg: &WatchConfig, ends: &[RunEnd]) -> Option<Decision> {
+    let within = cfg.breaker_within.as_secs_f64();
+    let k = cfg.breaker_crashes as usize;
+    if k == 0 || ends.len() < k {
+        return None;
+    }
+    let last = &ends[ends.len() - k..];
+    if !last.iter().all(|e| e.relaunched && e.lived_s < within) {
+        return None;
+    }
+    let detail: Vec<String> = last
+        .iter()
+        .map(|e| format!("{} after {:.1}s", e.how, e.lived_s))
+        .collect();
+    let first = last[0].cause;
+    let (breaker, what) = if last.iter().all(|e| e.cause == first) {
+        (first.loop_name(), first.verb().to_string())
+    } else {
+        let counts: Vec<String> = [Cause::Crash, Cause::Wedge, Cause::Divergence]
+            .iter()
+            .filter_map(|c| {
+                let n = last.iter().filter(|e| e.cause == *c).count();
+                (n > 0).then(|| format!("{n} {}", c.noun()))
+            })
+            .collect();
+        ("relaunch_loop", format!("ended ({})", counts.join(", ")))
+    };
+    Some(Decision::Stop {
+        breaker,
+        evidence: format!(
+            "{k} consecutive relaunches {what} within {within:.0}s of start: {}",
+            detail.join("; ")
+        ),
+    })
 }
 
 /// Who still holds VRAM on the GPUs the run used.
@@ -183,6 +246,17 @@ mod tests {
         RunEnd {
             lived_s: lived,
             how: "exit 1".into(),
+            cause: Cause::Crash,
+            relaunched: true,
+        }
+    }
+
+    fn ended(lived: f64, cause: Cause, relaunched: bool) -> RunEnd {
+        RunEnd {
+            lived_s: lived,
+            how: format!("{cause:?}"),
+            cause,
+            relaunched,
         }
     }
 
@@ -209,9 +283,53 @@ mod tests {
             Decision::Stop { breaker, evidence } => {
                 assert_eq!(breaker, "crash_loop");
                 assert!(evidence.contains("exit 1 after 3.0s"), "{evidence}");
+                assert!(evidence.contains("3 consecutive relaunches crashed"));
             }
             d => panic!("{d:?}"),
         }
+    }
+
+    #[test]
+    fn the_first_launch_is_not_part_of_a_loop() {
+        // A first launch that ran (and died young), then two quick relaunch deaths: k = 3 is
+        // not reached — the first launch started the relaunching.
+        let ends = [
+            ended(40.0, Cause::Crash, false),
+            ended(2.0, Cause::Crash, true),
+            ended(1.0, Cause::Crash, true),
+        ];
+        let d = decide(&cfg(), &hist(&ends, &[], Some(100)));
+        assert!(matches!(d, Decision::Relaunch { .. }), "{d:?}");
+    }
+
+    #[test]
+    fn loops_are_named_for_what_ended_the_runs() {
+        let name = |ends: &[RunEnd]| match decide(&cfg(), &hist(ends, &[], Some(100))) {
+            Decision::Stop { breaker, evidence } => (breaker, evidence),
+            d => panic!("{d:?}"),
+        };
+        let div = [
+            ended(0.1, Cause::Divergence, true),
+            ended(0.1, Cause::Divergence, true),
+            ended(0.1, Cause::Divergence, true),
+        ];
+        let (b, e) = name(&div);
+        assert_eq!(b, "rollback_loop");
+        assert!(e.contains("killed by roger for divergence"), "{e}");
+        let wedge = [
+            ended(5.0, Cause::Wedge, true),
+            ended(5.0, Cause::Wedge, true),
+            ended(5.0, Cause::Wedge, true),
+        ];
+        assert_eq!(name(&wedge).0, "wedge_loop");
+        let mixed = [
+            ended(5.0, Cause::Wedge, true),
+            ended(5.0, Cause::Crash, true),
+            ended(5.0, Cause::Crash, true),
+        ];
+        let (b, e) = name(&mixed);
+        assert_eq!(b, "relaunch_loop");
+        assert!(e.contains("2 crashed, 1 killed as wedged"), "{e}");
     }
 
     #[test]

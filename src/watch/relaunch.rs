@@ -124,21 +124,20 @@ impl Watcher<'_> {
             return Ok(Flow::Exit(c));
         }
         let env = super::child_env(self.cfg, &r);
+        // What the log holds now is the ended launch's: set aside before the new one starts.
+        self.log.launched();
+        let launched_at = super::unix_now();
         self.run = child::spawn(&argv, &env, &self.fs)?;
         self.relaunches += 1;
         self.resumed.push(next_step);
         self.recorded_episode = false;
         let now = self.now();
         self.sentinel.relaunched(now);
-        self.record(
-            Kind::Watch,
-            next_step,
-            vec![
-                ("event", "launched".into()),
-                ("pid", self.run.main.pid.into()),
-                ("attempt", attempt.into()),
-            ],
-        )?;
+        let mut fields = vec![("event", "launched".into())];
+        fields.extend(self.launch_fields());
+        fields.push(("attempt", attempt.into()));
+        let rec = self.record(Kind::Watch, next_step, fields)?;
+        self.scope_launch(rec.seq, Some(launched_at));
         self.report.event(&Event::Launched {
             pid: self.run.main.pid,
         });

@@ -79,6 +79,28 @@ pub struct Rollback {
     pub check: String,
     pub reason: String,
     pub diverged_at: u64,
+    /// The step the verdict is about (its own step, else `diverged_at`).
+    pub step: u64,
+    /// When the newest log sample the critic judged was logged (unix seconds), if it says.
+    pub sampled_at: Option<f64>,
+}
+
+impl Rollback {
+    /// "critic verdict #12 failed check 'loss' at step 30: loss is NaN; diverged at step 25"
+    pub fn describe(&self) -> String {
+        format!(
+            "critic verdict #{} failed check '{}' at step {}{}; diverged at step {}",
+            self.verdict_seq,
+            self.check,
+            self.step,
+            if self.reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", self.reason)
+            },
+            self.diverged_at
+        )
+    }
 }
 
 /// The first `fail` check in a new verdict of `run` whose name is in `rollback_on`.
@@ -95,6 +117,11 @@ pub fn rollback_trigger(rec: &Record, run: &str, rollback_on: &[String]) -> Opti
         }
         let diverged_at = c.get("diverged_at").and_then(|v| v.as_u64()).or(rec.step)?;
         Some(Rollback {
+            step: rec.step.unwrap_or(diverged_at),
+            sampled_at: rec
+                .get("observation")
+                .and_then(|o| o.get("last_sample_at"))
+                .and_then(|t| t.as_f64()),
             verdict_seq: rec.seq,
             check: name.to_string(),
             reason: c
@@ -184,8 +211,12 @@ mod tests {
         let on = vec!["loss".to_string(), "loss_spike".to_string()];
         let r = rollback_trigger(&recs[0], "r", &on).unwrap();
         assert_eq!(
-            (r.check.as_str(), r.diverged_at, r.verdict_seq),
-            ("loss", 450, 1)
+            (r.check.as_str(), r.diverged_at, r.verdict_seq, r.step),
+            ("loss", 450, 1, 500)
+        );
+        assert_eq!(
+            r.describe(),
+            "critic verdict #1 failed check 'loss' at step 500: loss is NaN; diverged at step 450"
         );
         assert!(rollback_trigger(&recs[1], "r", &on).is_none());
         assert!(rollback_trigger(&recs[2], "r", &on).is_none());
