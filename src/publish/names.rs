@@ -20,7 +20,7 @@ pub const REJECTED_DIR: &str = ".roger-rejected";
 /// quarantine dir: their first component inside `dest`, when they live there, is owned too.
 pub fn owned(name: &str, dest: &Path, own: &[&Path]) -> Option<String> {
     let lower = name.to_ascii_lowercase();
-    let fixed: [(bool, &str); 5] = [
+    let fixed: [(bool, &str); 6] = [
         (
             lower.starts_with(".roger"),
             "roger's staging, set-aside, lock and quarantine names start with .roger",
@@ -33,6 +33,10 @@ pub fn owned(name: &str, dest: &Path, own: &[&Path]) -> Option<String> {
         (
             lower == crate::config::DEFAULT_FILE,
             "the default config file's name",
+        ),
+        (
+            lower.starts_with("roger-watch."),
+            "the lock that keeps one watch per run (roger-watch.<run>.lock)",
         ),
         (
             lower == "roger-evidence",
@@ -164,6 +168,7 @@ mod tests {
             ".roger-quarantine",
             "roger.toml",
             "roger-evidence",
+            "roger-watch.my_run.lock",
             "my-ledger.jsonl",
             "my-ledger.jsonl.lock",
             "q",
