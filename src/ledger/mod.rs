@@ -5,7 +5,9 @@
 //! record without `hash`, serialised canonically (keys sorted, compact), so the on-disk key
 //! order is free to be the readable one. Appends take an exclusive flock, write one line and
 //! fsync. Nothing here ever rewrites or truncates the file. A torn line (a crash mid-write) is
-//! skipped by readers, reported by `verify`, and the next append starts on a fresh line.
+//! skipped by readers, reported by `verify`, and the next append starts on a fresh line; a
+//! last record that is whole and links but lost only its newline is chained to, not
+//! duplicated (torn or complete is decided by parsing and linking, not by the newline alone).
 //! Time is passed in.
 
 use anyhow::{anyhow, bail, Context, Result};
