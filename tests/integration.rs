@@ -12,3 +12,4 @@ mod probe;
 mod publish;
 mod quarantine;
 mod watch;
+mod powercut;
