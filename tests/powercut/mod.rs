@@ -110,6 +110,9 @@ impl Rig {
                 run,
             };
             self.cuts += 1;
+            if finished && std::env::var_os("ROGER_POWERCUT_LOG").is_some() {
+                eprintln!("operations:\n{}", after.log.join("\n"));
+            }
             let m = self.mount(after.reboot());
             check(self, &cut);
             drop(m);

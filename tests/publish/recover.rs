@@ -298,3 +298,40 @@ fn every_failpoint_then_the_next_command_same_dir() {
 fn every_failpoint_then_the_next_command_in_place() {
     table(Scenario::InPlace);
 }
+
+#[test]
+fn latest_json_ahead_of_the_ledger_as_earlier_versions_left_it_is_recorded() {
+    // Earlier versions wrote latest.json before the ledger record: a crash between them left
+    // latest.json naming bytes the ledger had never heard of (`publish --verify` failed and
+    // the last good checkpoint skipped them, forever).
+    let env = Env::new();
+    env.write("roger.toml", CONFIG);
+    env.write("v1/ckpt-1.pt", torch_zip(30_000, 1));
+    env.write("v2/ckpt-2.pt", torch_zip(30_000, 2));
+    env.run(&["publish", "v1/ckpt-1.pt", "--no-prune"]).expect(0);
+    let ledger_then = std::fs::read(env.path("roger-ledger.jsonl")).unwrap();
+    env.run(&["publish", "v2/ckpt-2.pt", "--no-prune"]).expect(0);
+    std::fs::write(env.path("roger-ledger.jsonl"), ledger_then).unwrap();
+    let r = env
+        .run(&["publish", "--verify"])
+        .expect(0)
+        .stderr_has("repaired the ledger: latest.json names");
+    let sha2 = agrees(&env, &r.report());
+    assert_eq!(sha2, sha256_file(&env.path("v2/ckpt-2.pt")));
+    let recs = ledger_records(&env.path("roger-ledger.jsonl"));
+    let last = recs.last().unwrap();
+    assert_eq!(last["kind"], "publish");
+    assert_eq!(last["step"], 2);
+    assert!(last["repaired"].as_str().unwrap().contains("no publish record"));
+    env.run(&["publish", "--verify"]).expect(0);
+    assert_eq!(ledger_records(&env.path("roger-ledger.jsonl")).len(), recs.len());
+
+    // Bytes that do not match latest.json are said, never recorded as good.
+    std::fs::write(env.path("roger-ledger.jsonl"), "").unwrap();
+    env.write("ck/ckpt-2.pt", torch_zip(30_000, 9));
+    env.run(&["publish", "--verify"])
+        .expect(1)
+        .stderr_has("but it hashes to")
+        .stderr_has("not repaired");
+    assert_eq!(ledger_records(&env.path("roger-ledger.jsonl")).len(), 0);
+}
