@@ -181,7 +181,11 @@ fn a_parseable_tail_that_does_not_link_is_left_on_its_own_line() {
     l.append(Entry::new(Kind::Note, "t", "r").field("n", 1), t(1))
         .unwrap();
     let text = std::fs::read_to_string(&p).unwrap();
-    std::fs::write(&p, text.trim_end_matches('\n').replace("\"n\":1", "\"n\":2")).unwrap();
+    std::fs::write(
+        &p,
+        text.trim_end_matches('\n').replace("\"n\":1", "\"n\":2"),
+    )
+    .unwrap();
     let c = l.append(Entry::new(Kind::Note, "t", "r"), t(2)).unwrap();
     assert_eq!((c.seq, c.prev.as_str()), (2, a.hash.as_str()));
     let text = std::fs::read_to_string(&p).unwrap();

@@ -190,7 +190,7 @@ pub fn recover(
                     )?;
                 }
                 if latest.as_ref() != Some(&i.latest()) {
-                    manifest::write(dest, &i.latest())?;
+                    // Record first, then act (a cut in between acts again next time).
                     log.note(
                         "publish-repaired",
                         &target,
@@ -200,6 +200,7 @@ pub fn recover(
                             latest.as_ref().map_or("nothing", |l| l.path.as_str())
                         ),
                     )?;
+                    manifest::write(dest, &i.latest())?;
                 }
             } else {
                 // It never got its name: nothing was published.
@@ -208,19 +209,21 @@ pub fn recover(
                     target.display(),
                     i.sha256
                 );
-                if let Some(l) = latest.as_ref().filter(|l| l.path == names::prev_name(&i.path)) {
-                    if matches(&target, &l.sha256, l.size) {
-                        manifest::write(
-                            dest,
-                            &Latest {
-                                path: i.path.clone(),
-                                ..l.clone()
-                            },
-                        )?;
-                        what.push_str(&format!("; latest.json names {} again", i.path));
-                    }
+                let back = latest
+                    .as_ref()
+                    .filter(|l| l.path == names::prev_name(&i.path))
+                    .filter(|l| matches(&target, &l.sha256, l.size))
+                    .map(|l| Latest {
+                        path: i.path.clone(),
+                        ..l.clone()
+                    });
+                if back.is_some() {
+                    what.push_str(&format!("; latest.json names {} again", i.path));
                 }
                 log.note("publish-interrupted", &target, what)?;
+                if let Some(l) = back {
+                    manifest::write(dest, &l)?;
+                }
             }
             if manifest::read(dest)?.is_none_or(|l| l.path != names::prev_name(&i.path)) {
                 place::remove_stale_prev(dest, &i.path);
@@ -238,7 +241,10 @@ pub fn recover(
             std::fs::remove_file(dest.join(INTENT_FILE))?;
         }
         None => {
-            if let Some(l) = latest.as_ref().filter(|l| !latest_recorded(&records, dest, l)) {
+            if let Some(l) = latest
+                .as_ref()
+                .filter(|l| !latest_recorded(&records, dest, l))
+            {
                 let target = l.target(dest);
                 match super::rehash(&target) {
                     Ok(h) if h.sha256 == l.sha256 && h.size == l.size => {
@@ -271,8 +277,6 @@ pub fn recover(
     }
     for (path, (sha, size, seq)) in pruned_but_present(&records, dest) {
         if matches(&path, &sha, size) {
-            place::remove_any(&path)?;
-            copy::fsync_dir(dest)?;
             log.note(
                 "prune-completed",
                 &path,
@@ -281,6 +285,8 @@ pub fn recover(
                     path.display()
                 ),
             )?;
+            place::remove_any(&path)?;
+            copy::fsync_dir(dest)?;
         }
     }
     Ok(log.done)

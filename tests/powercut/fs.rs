@@ -5,9 +5,9 @@
 //! after it fail with EIO (the machine is off), and `reboot` yields the durable state alone.
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
@@ -200,7 +200,8 @@ impl State {
         self.op(|| what)?;
         let ino = self.next_ino;
         self.next_ino += 1;
-        self.nodes.insert(ino, Node::new(dir, (mode & 0o7777) as u16));
+        self.nodes
+            .insert(ino, Node::new(dir, (mode & 0o7777) as u16));
         let p = self.nodes.get_mut(&parent).ok_or(Errno::ENOENT)?;
         p.entries.insert(name.to_owned(), ino);
         p.mtime = SystemTime::now();
@@ -245,7 +246,11 @@ impl State {
                 self.name_of(newparent, newname)
             );
             self.op(|| what)?;
-            self.nodes.get_mut(&parent).unwrap().entries.insert(name.to_owned(), dst);
+            self.nodes
+                .get_mut(&parent)
+                .unwrap()
+                .entries
+                .insert(name.to_owned(), dst);
             self.nodes
                 .get_mut(&newparent)
                 .unwrap()
@@ -318,7 +323,11 @@ impl PowerCutFs {
 impl Filesystem for PowerCutFs {
     fn lookup(&self, _: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let s = self.st();
-        match s.alive().and_then(|_| s.child(parent.0, name)).and_then(|i| s.attr(i)) {
+        match s
+            .alive()
+            .and_then(|_| s.child(parent.0, name))
+            .and_then(|i| s.attr(i))
+        {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
@@ -451,7 +460,11 @@ impl Filesystem for PowerCutFs {
             if s.child(newparent.0, newname).is_ok() {
                 return Err(Errno::EEXIST);
             }
-            let what = format!("link {} -> {}", s.path_of(ino.0), s.name_of(newparent.0, newname));
+            let what = format!(
+                "link {} -> {}",
+                s.path_of(ino.0),
+                s.name_of(newparent.0, newname)
+            );
             s.op(|| what)?;
             let p = s.nodes.get_mut(&newparent.0).ok_or(Errno::ENOENT)?;
             p.entries.insert(newname.to_owned(), ino.0);
@@ -482,7 +495,9 @@ impl Filesystem for PowerCutFs {
         reply: ReplyData,
     ) {
         let s = self.st();
-        let r = s.alive().and_then(|_| s.nodes.get(&ino.0).ok_or(Errno::ENOENT));
+        let r = s
+            .alive()
+            .and_then(|_| s.nodes.get(&ino.0).ok_or(Errno::ENOENT));
         match r {
             Ok(n) => {
                 let start = (offset as usize).min(n.data.len());
@@ -541,7 +556,10 @@ impl Filesystem for PowerCutFs {
         mut reply: ReplyDirectory,
     ) {
         let s = self.st();
-        let n = match s.alive().and_then(|_| s.nodes.get(&ino.0).ok_or(Errno::ENOENT)) {
+        let n = match s
+            .alive()
+            .and_then(|_| s.nodes.get(&ino.0).ok_or(Errno::ENOENT))
+        {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };

@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 pub struct Rig {
     pub dir: tempfile::TempDir,
     /// Cut points tried so far (reported at the end of each test).
-    pub cuts: u64,
+    pub cuts: std::cell::Cell<u64>,
 }
 
 impl Rig {
@@ -25,7 +25,7 @@ impl Rig {
     pub fn new(test: &str) -> Option<Rig> {
         let rig = Rig {
             dir: tempfile::tempdir().expect("temp dir"),
-            cuts: 0,
+            cuts: std::cell::Cell::new(0),
         };
         std::fs::create_dir_all(rig.disk()).unwrap();
         match Mounted::mount(State::new(), &rig.disk()) {
@@ -82,41 +82,48 @@ impl Rig {
         }
     }
 
+    /// Run `command` on `base` with power cut before its `n`th mutating operation (after
+    /// it returned, when it has fewer): where the cut fell, and the state after the reboot.
+    pub fn cut_at(&self, base: &State, n: u64, command: &dyn Fn(&Rig) -> Run) -> (Cut, State) {
+        let mut state = base.clone();
+        state.cut_at = Some(n);
+        let m = self.mount(state);
+        let run = command(self);
+        let after = m.unmount();
+        let finished = !after.dead;
+        if finished && std::env::var_os("ROGER_POWERCUT_LOG").is_some() {
+            eprintln!("operations:\n{}", after.log.join("\n"));
+        }
+        self.cuts.set(self.cuts.get() + 1);
+        let cut = Cut {
+            n,
+            finished,
+            op: if finished {
+                format!("after the command returned ({} operations)", after.ops)
+            } else {
+                after.log.last().cloned().unwrap_or_default()
+            },
+            ops_before: after.log[..after.log.len() - usize::from(!finished)].to_vec(),
+            run,
+        };
+        (cut, after.reboot())
+    }
+
     /// Run `command` on `base` with power cut before its 1st, 2nd, ... mutating operation,
-    /// and finally after it returned. After each cut `check` gets the rebooted, mounted disk,
-    /// whether the command had finished, and the operation the cut fell on.
+    /// and finally after it returned. After each cut `check` gets the rebooted, mounted disk
+    /// and where the cut fell.
     pub fn cut_everywhere(
-        &mut self,
+        &self,
         base: &State,
         command: &dyn Fn(&Rig) -> Run,
         check: &mut dyn FnMut(&Rig, &Cut),
     ) {
         for n in 1.. {
-            let mut state = base.clone();
-            state.cut_at = Some(n);
-            let m = self.mount(state);
-            let run = command(self);
-            let after = m.unmount();
-            let finished = !after.dead;
-            let cut = Cut {
-                n,
-                finished,
-                op: if finished {
-                    format!("after the command returned ({} operations)", after.ops)
-                } else {
-                    after.log.last().cloned().unwrap_or_default()
-                },
-                ops_before: after.log[..after.log.len() - usize::from(!finished)].to_vec(),
-                run,
-            };
-            self.cuts += 1;
-            if finished && std::env::var_os("ROGER_POWERCUT_LOG").is_some() {
-                eprintln!("operations:\n{}", after.log.join("\n"));
-            }
-            let m = self.mount(after.reboot());
+            let (cut, rebooted) = self.cut_at(base, n, command);
+            let m = self.mount(rebooted);
             check(self, &cut);
             drop(m);
-            if finished {
+            if cut.finished {
                 break;
             }
         }
@@ -156,7 +163,7 @@ pub fn prepared(rig: &Rig, setup: &dyn Fn(&Rig)) -> State {
 
 #[test]
 fn a_ledger_append_survives_a_power_cut_once_it_returned() {
-    let Some(mut rig) = Rig::new("a_ledger_append_survives_a_power_cut_once_it_returned") else {
+    let Some(rig) = Rig::new("a_ledger_append_survives_a_power_cut_once_it_returned") else {
         return;
     };
     // A first record in a new ledger in a new directory, then one appended to it.
@@ -174,10 +181,20 @@ fn a_ledger_append_survives_a_power_cut_once_it_returned() {
             &mut |r: &Rig, cut: &Cut| {
                 let ledger = r.disk().join("runs/l.jsonl");
                 let scan = roger::ledger::Ledger::new(&ledger).scan().unwrap();
-                assert!(scan.first_break().is_none(), "{:?}\n{}", scan.problems, cut.ctx());
+                assert!(
+                    scan.first_break().is_none(),
+                    "{:?}\n{}",
+                    scan.problems,
+                    cut.ctx()
+                );
                 let n = scan.records.len();
                 if cut.finished {
-                    cut.run.out.status.success().then_some(()).expect(&cut.ctx());
+                    cut.run
+                        .out
+                        .status
+                        .success()
+                        .then_some(())
+                        .expect(&cut.ctx());
                     assert_eq!(n, before + 1, "a returned append was lost\n{}", cut.ctx());
                 } else {
                     assert!(n == before || n == before + 1, "{}", cut.ctx());
@@ -190,7 +207,7 @@ fn a_ledger_append_survives_a_power_cut_once_it_returned() {
             },
         );
     }
-    eprintln!("ledger append: {} power cuts tried", rig.cuts);
+    eprintln!("ledger append: {} power cuts tried", rig.cuts.get());
 }
 
 /// Hash of a file on the mounted disk, if it is there.

@@ -3,6 +3,7 @@
 //! verifies, the ledger stays intact, and the next command leaves latest.json, the ledger,
 //! the files and retention agreeing (repairing with a record where needed).
 
+use super::fs::State;
 use super::{prepared, sha, Cut, Rig};
 use crate::publish::torch_zip;
 use roger::ledger::{Kind, Ledger};
@@ -86,7 +87,11 @@ fn sound(rig: &Rig, known: &[String], cut: &Cut) -> Option<String> {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("latest.json torn: {e}\n{ctx}"));
     let want = l["sha256"].as_str().unwrap().to_string();
     let target = dir.join(l["path"].as_str().unwrap());
-    assert_eq!(sha(&target).as_deref(), Some(want.as_str()), "latest.json's target\n{ctx}");
+    assert_eq!(
+        sha(&target).as_deref(),
+        Some(want.as_str()),
+        "latest.json's target\n{ctx}"
+    );
     Some(want)
 }
 
@@ -100,16 +105,16 @@ fn agree(rig: &Rig, what: &str) -> String {
     let want = l["sha256"].as_str().unwrap().to_string();
     assert_eq!(sha(&target).as_deref(), Some(want.as_str()), "{what}");
     let records = ledger(rig).records().unwrap();
-    let good = roger::checkpoints::last_good(
-        &records,
-        "r",
-        None,
-        &mut roger::checkpoints::verify_on_disk,
-    );
+    let good =
+        roger::checkpoints::last_good(&records, "r", None, &mut roger::checkpoints::verify_on_disk);
     let chosen = good
         .chosen
         .unwrap_or_else(|| panic!("no last good checkpoint {:?}\n{what}", good.skipped));
-    assert_eq!((chosen.path, chosen.sha256), (target, want.clone()), "{what}");
+    assert_eq!(
+        (chosen.path, chosen.sha256),
+        (target, want.clone()),
+        "{what}"
+    );
     let published = roger::checkpoints::published(&records, "r");
     for r in records.iter().filter(|r| r.kind == Kind::Prune) {
         let p = Path::new(r.str_field("path").unwrap());
@@ -122,11 +127,51 @@ fn agree(rig: &Rig, what: &str) -> String {
     want
 }
 
-fn scenario(s: Scenario) -> u64 {
-    let test = format!("power_cut_at_every_step_of_a_publish ({s:?})");
-    let Some(mut rig) = Rig::new(&test) else {
-        return 0;
-    };
+/// The next command repairs what needs it, a second finds nothing more, and the next
+/// publish leaves everything agreeing and no leftovers.
+fn follow_up(r: &Rig, ctx: &str, old: Option<&String>, new: &String, v3_sha: &str, v3: &str) {
+    let verify = r.roger(&["publish", "--verify"]);
+    let what = format!("{ctx}\n--- publish --verify\n{}", verify.report());
+    if std::fs::metadata(ck(r).join("latest.json")).is_err() {
+        assert_eq!(verify.code(), 1, "{what}");
+    } else {
+        assert_eq!(verify.code(), 0, "{what}");
+        let after = agree(r, &what);
+        assert!(Some(&after) == old || &after == new, "{what}");
+        let n = ledger(r).records().unwrap().len();
+        r.roger(&["publish", "--verify"]).expect(0);
+        assert_eq!(
+            ledger(r).records().unwrap().len(),
+            n,
+            "repaired twice\n{what}"
+        );
+    }
+    let next = r.roger(&["publish", v3]);
+    let what = format!("{what}\n--- the next publish\n{}", next.report());
+    assert_eq!(next.code(), 0, "{what}");
+    assert_eq!(agree(r, &what), v3_sha, "{what}");
+    let left: Vec<String> = std::fs::read_dir(ck(r))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".roger-") && n != ".roger-publish.lock")
+        .collect();
+    assert!(left.is_empty(), "leftovers {left:?}\n{what}");
+    r.roger(&["ledger", "verify"]).expect(0);
+}
+
+struct Setup {
+    rig: Rig,
+    base: State,
+    shas: Vec<String>,
+    v2: String,
+    v3: String,
+    old: Option<String>,
+    new: String,
+}
+
+fn setup(s: Scenario, test: &str) -> Option<Setup> {
+    let rig = Rig::new(test)?;
     rig.write("roger.toml", CONFIG);
     let v1 = source(&rig, s, 1);
     let v2 = source(&rig, s, 2);
@@ -140,9 +185,32 @@ fn scenario(s: Scenario) -> u64 {
             r.roger(&["publish", &v1]).expect(0);
         }
     });
-    let (old, new) = match s {
-        Scenario::First => (None, shas[1].clone()),
-        _ => (Some(shas[0].clone()), shas[1].clone()),
+    let old = (s != Scenario::First).then(|| shas[0].clone());
+    let new = shas[1].clone();
+    Some(Setup {
+        rig,
+        base,
+        shas,
+        v2,
+        v3,
+        old,
+        new,
+    })
+}
+
+fn scenario(s: Scenario) -> u64 {
+    let test = format!("power_cut_at_every_step_of_a_publish ({s:?})");
+    let Some(Setup {
+        rig,
+        base,
+        shas,
+        v2,
+        v3,
+        old,
+        new,
+    }) = setup(s, &test)
+    else {
+        return 0;
     };
     rig.cut_everywhere(
         &base,
@@ -156,37 +224,17 @@ fn scenario(s: Scenario) -> u64 {
             );
             if cut.finished {
                 assert!(cut.run.out.status.success(), "{ctx}");
-                assert_eq!(now.as_ref(), Some(&new), "a returned publish was lost\n{ctx}");
+                assert_eq!(
+                    now.as_ref(),
+                    Some(&new),
+                    "a returned publish was lost\n{ctx}"
+                );
             }
-            // The next command repairs what needs it, and a second finds nothing more.
-            let verify = r.roger(&["publish", "--verify"]);
-            let what = format!("{ctx}\n--- publish --verify\n{}", verify.report());
-            if std::fs::metadata(ck(r).join("latest.json")).is_err() {
-                assert_eq!(verify.code(), 1, "{what}");
-            } else {
-                assert_eq!(verify.code(), 0, "{what}");
-                let after = agree(r, &what);
-                assert!(Some(&after) == old.as_ref() || after == new, "{what}");
-                let n = ledger(r).records().unwrap().len();
-                r.roger(&["publish", "--verify"]).expect(0);
-                assert_eq!(ledger(r).records().unwrap().len(), n, "repaired twice\n{what}");
-            }
-            let next = r.roger(&["publish", &v3]);
-            let what = format!("{what}\n--- the next publish\n{}", next.report());
-            assert_eq!(next.code(), 0, "{what}");
-            assert_eq!(agree(r, &what), shas[2], "{what}");
-            let left: Vec<String> = std::fs::read_dir(ck(r))
-                .unwrap()
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(".roger-") && n != ".roger-publish.lock")
-                .collect();
-            assert!(left.is_empty(), "leftovers {left:?}\n{what}");
-            r.roger(&["ledger", "verify"]).expect(0);
+            follow_up(r, &ctx, old.as_ref(), &new, &shas[2], &v3);
         },
     );
-    eprintln!("publish {s:?}: {} power cuts tried", rig.cuts);
-    rig.cuts
+    eprintln!("publish {s:?}: {} power cuts tried", rig.cuts.get());
+    rig.cuts.get()
 }
 
 #[test]
@@ -207,4 +255,57 @@ fn power_cut_at_every_step_of_a_same_name_publish() {
 #[test]
 fn power_cut_at_every_step_of_a_directory_publish() {
     scenario(Scenario::SameDir);
+}
+
+/// A second power cut at every step of the repair that follows the first: the repair is as
+/// crash-safe as the publish.
+fn twice(s: Scenario) -> u64 {
+    let test = format!("power_cut_again_during_the_repair ({s:?})");
+    let Some(Setup {
+        rig,
+        base,
+        shas,
+        v2,
+        v3,
+        old,
+        new,
+    }) = setup(s, &test)
+    else {
+        return 0;
+    };
+    for n in 1.. {
+        let (first, rebooted) = rig.cut_at(&base, n, &|r: &Rig| r.roger(&["publish", &v2]));
+        rig.cut_everywhere(
+            &rebooted,
+            &|r: &Rig| r.roger(&["publish", "--verify"]),
+            &mut |r: &Rig, cut: &Cut| {
+                let ctx = format!(
+                    "{}\n=== then, during the repair:\n{}",
+                    first.ctx(),
+                    cut.ctx()
+                );
+                let now = sound(r, &shas, cut);
+                assert!(now == old || now.as_ref() == Some(&new), "{ctx}");
+                follow_up(r, &ctx, old.as_ref(), &new, &shas[2], &v3);
+            },
+        );
+        if first.finished {
+            break;
+        }
+    }
+    eprintln!(
+        "publish {s:?}, cut again during the repair: {} power cuts tried",
+        rig.cuts.get()
+    );
+    rig.cuts.get()
+}
+
+#[test]
+fn power_cut_again_during_the_repair_of_a_publish_with_retention() {
+    twice(Scenario::NewName);
+}
+
+#[test]
+fn power_cut_again_during_the_repair_of_a_same_name_publish() {
+    twice(Scenario::SameName);
 }

@@ -119,24 +119,27 @@ fn agrees(env: &Env, ctx: &str) -> String {
         })
         .unwrap_or_else(|| panic!("no publish record for latest.json's target\n{ctx}"));
     assert_eq!(rec.str_field("sha256"), Some(sha.as_str()), "{ctx}");
-    let good = roger::checkpoints::last_good(
-        &records,
-        "r",
-        None,
-        &mut roger::checkpoints::verify_on_disk,
-    );
+    let good =
+        roger::checkpoints::last_good(&records, "r", None, &mut roger::checkpoints::verify_on_disk);
     let chosen = good
         .chosen
         .unwrap_or_else(|| panic!("no last good checkpoint: {:?}\n{ctx}", good.skipped));
     assert_eq!((chosen.path, chosen.sha256), (target, sha.clone()), "{ctx}");
-    for r in records.iter().filter(|r| r.kind == roger::ledger::Kind::Prune) {
+    for r in records
+        .iter()
+        .filter(|r| r.kind == roger::ledger::Kind::Prune)
+    {
         let p = PathBuf::from(r.str_field("path").unwrap());
         let republished = records.iter().any(|q| {
             q.seq > r.seq
                 && q.kind == roger::ledger::Kind::Publish
                 && q.str_field("path") == r.str_field("path")
         });
-        assert!(republished || !p.exists(), "pruned {} is still there\n{ctx}", p.display());
+        assert!(
+            republished || !p.exists(),
+            "pruned {} is still there\n{ctx}",
+            p.display()
+        );
     }
     sha
 }
@@ -205,9 +208,11 @@ fn table(s: Scenario) {
             );
             let now = agrees(env, &ctx);
             let expect = match (next, hit && named(fp, s)) {
-                (Next::Publish, _) => roger::digest::hash_path(&env.path(&version_name(s, 3)))
-                    .unwrap()
-                    .sha256,
+                (Next::Publish, _) => {
+                    roger::digest::hash_path(&env.path(&version_name(s, 3)))
+                        .unwrap()
+                        .sha256
+                }
                 (_, true) => sha2.clone(),
                 (_, false) if hit => sha1.clone(),
                 // A failpoint this scenario never reaches: the publish completed.
@@ -308,9 +313,11 @@ fn latest_json_ahead_of_the_ledger_as_earlier_versions_left_it_is_recorded() {
     env.write("roger.toml", CONFIG);
     env.write("v1/ckpt-1.pt", torch_zip(30_000, 1));
     env.write("v2/ckpt-2.pt", torch_zip(30_000, 2));
-    env.run(&["publish", "v1/ckpt-1.pt", "--no-prune"]).expect(0);
+    env.run(&["publish", "v1/ckpt-1.pt", "--no-prune"])
+        .expect(0);
     let ledger_then = std::fs::read(env.path("roger-ledger.jsonl")).unwrap();
-    env.run(&["publish", "v2/ckpt-2.pt", "--no-prune"]).expect(0);
+    env.run(&["publish", "v2/ckpt-2.pt", "--no-prune"])
+        .expect(0);
     std::fs::write(env.path("roger-ledger.jsonl"), ledger_then).unwrap();
     let r = env
         .run(&["publish", "--verify"])
@@ -322,9 +329,15 @@ fn latest_json_ahead_of_the_ledger_as_earlier_versions_left_it_is_recorded() {
     let last = recs.last().unwrap();
     assert_eq!(last["kind"], "publish");
     assert_eq!(last["step"], 2);
-    assert!(last["repaired"].as_str().unwrap().contains("no publish record"));
+    assert!(last["repaired"]
+        .as_str()
+        .unwrap()
+        .contains("no publish record"));
     env.run(&["publish", "--verify"]).expect(0);
-    assert_eq!(ledger_records(&env.path("roger-ledger.jsonl")).len(), recs.len());
+    assert_eq!(
+        ledger_records(&env.path("roger-ledger.jsonl")).len(),
+        recs.len()
+    );
 
     // Bytes that do not match latest.json are said, never recorded as good.
     std::fs::write(env.path("roger-ledger.jsonl"), "").unwrap();
