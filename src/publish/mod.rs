@@ -190,7 +190,7 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
             &dest_abs,
         )?;
     }
-    create_dirs_durably(&dest_abs)?;
+    copy::create_dirs_durably(&dest_abs)?;
     let dest = std::fs::canonicalize(&dest_abs)?;
     let _lock = place::lock(&dest)?;
     failpoint::hit("after_lock");
@@ -397,27 +397,6 @@ fn prune(
         copy::fsync_dir(dir)?;
     }
     Ok(out)
-}
-
-/// `create_dir_all`, with each directory it creates made durable in its parent: a publish
-/// into a new directory must not vanish with it at a power cut.
-fn create_dirs_durably(dir: &Path) -> Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    let missing: Vec<PathBuf> = dir
-        .ancestors()
-        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
-        .map(Path::to_path_buf)
-        .collect();
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating destination {}", dir.display()))?;
-    for d in missing.iter().rev() {
-        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
-            copy::fsync_dir(parent)?;
-        }
-    }
-    Ok(())
 }
 
 /// A published checkpoint re-hashed from disk (cache dropped first), for `--verify`.

@@ -133,9 +133,12 @@ pub fn publish_entry(
         .field("dir_fsync", dir_fsync)
 }
 
-/// Take the destination's publish lock and recover. A directory that does not exist has
+/// For the commands that only read checkpoints (`publish --verify`, `hygiene disk`,
+/// `watch`): when a look without the lock finds something to repair, take the destination's
+/// publish lock and recover. Nothing to repair touches nothing (no lock file in a read-only
+/// directory, no wait behind a running publish). A directory that does not exist has
 /// nothing to recover.
-pub fn recover_locked(
+pub fn recover_if_needed(
     dest: &Path,
     ledger: &Ledger,
     run: &str,
@@ -145,11 +148,31 @@ pub fn recover_locked(
     let Ok(dest) = std::fs::canonicalize(dest) else {
         return Ok(Vec::new());
     };
-    if !dest.is_dir() {
+    if !dest.is_dir() || !needs_recovery(&dest, ledger)? {
         return Ok(Vec::new());
     }
     let _lock = place::lock(&dest)?;
     recover(&dest, ledger, run, source, now)
+}
+
+/// `recover_if_needed` for a command whose own job does not depend on it: a repair that
+/// fails is a warning on stderr, not a refusal to run.
+pub fn try_recover(dest: &Path, ledger: &Ledger, run: &str, source: &str, now: DateTime<Utc>) {
+    if let Err(e) = recover_if_needed(dest, ledger, run, source, now) {
+        eprintln!(
+            "roger: warning: could not finish or undo an interrupted publish in {}: {e:#}",
+            dest.display()
+        );
+    }
+}
+
+fn needs_recovery(dest: &Path, ledger: &Ledger) -> Result<bool> {
+    if std::fs::symlink_metadata(dest.join(INTENT_FILE)).is_ok() {
+        return Ok(true);
+    }
+    let records = ledger.records()?;
+    let unrecorded = manifest::read(dest)?.is_some_and(|l| !latest_recorded(&records, dest, &l));
+    Ok(unrecorded || !pruned_but_present(&records, dest).is_empty())
 }
 
 /// Repair what an interrupted publish left in `dest` (canonical; the caller holds the publish
@@ -243,7 +266,11 @@ pub fn recover(
         None => {
             if let Some(l) = latest
                 .as_ref()
-                .filter(|l| !latest_recorded(&records, dest, l))
+                // (A swap twin without an intent, older versions' mid-swap state, has the
+                // bytes of a record under its real name, which `latest_recorded` finds.)
+                .filter(|l| {
+                    !latest_recorded(&records, dest, l) && !l.path.starts_with(names::PREV_PREFIX)
+                })
             {
                 let target = l.target(dest);
                 match super::rehash(&target) {
@@ -363,4 +390,79 @@ fn pruned_but_present(records: &[Record], dest: &Path) -> Vec<(PathBuf, (String,
         .collect();
     out.sort();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn publish(path: &str, sha: &str) -> Entry {
+        Entry::new(Kind::Publish, "publish", "r")
+            .field("path", path)
+            .field("sha256", sha)
+            .field("size", 4)
+    }
+
+    fn prune(path: &str) -> Entry {
+        Entry::new(Kind::Prune, "publish", "r").field("path", path)
+    }
+
+    #[test]
+    fn what_the_ledger_says_is_current() {
+        let recs = crate::ledger::test_records(vec![
+            publish("/ck/a.pt", "aa"),
+            publish("/ck/b.pt", "bb"),
+            prune("/ck/a.pt"),
+            publish("/ck/b.pt", "b2"),
+        ]);
+        assert!(
+            !recorded(&recs, Path::new("/ck/a.pt"), "aa"),
+            "pruned since"
+        );
+        assert!(
+            !recorded(&recs, Path::new("/ck/b.pt"), "bb"),
+            "republished since"
+        );
+        assert!(recorded(&recs, Path::new("/ck/b.pt"), "b2"));
+        let l = |path: &str, sha: &str| Latest {
+            path: path.into(),
+            sha256: sha.into(),
+            size: 4,
+            step: None,
+            published_at: String::new(),
+        };
+        let dest = Path::new("/ck");
+        assert!(latest_recorded(&recs, dest, &l("b.pt", "b2")));
+        assert!(!latest_recorded(&recs, dest, &l("b.pt", "zz")));
+        // A swap twin carries the bytes of a record under the real name.
+        assert!(latest_recorded(&recs, dest, &l(".roger-prev-b.pt", "b2")));
+        assert!(latest_recorded(&recs, dest, &l(".roger-prev-b.pt", "bb")));
+        assert!(!latest_recorded(&recs, dest, &l(".roger-prev-b.pt", "zz")));
+    }
+
+    #[test]
+    fn pruned_files_still_present_are_found_with_their_published_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let p = |n: &str| d.join(n).display().to_string();
+        for n in ["a.pt", "b.pt", "c.pt"] {
+            std::fs::write(d.join(n), b"data").unwrap();
+        }
+        let recs = crate::ledger::test_records(vec![
+            publish(&p("a.pt"), "aa"),
+            publish(&p("b.pt"), "bb"),
+            publish(&p("c.pt"), "cc"),
+            publish(&p("gone.pt"), "gg"),
+            prune(&p("a.pt")),
+            prune(&p("b.pt")),
+            publish(&p("b.pt"), "b2"),
+            prune(&p("gone.pt")),
+        ]);
+        let found = pruned_but_present(&recs, d);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, d.join("a.pt"));
+        assert_eq!((found[0].1 .0.as_str(), found[0].1 .1), ("aa", 4));
+        // Another directory's prunes are not this one's business.
+        assert!(pruned_but_present(&recs, Path::new("/elsewhere")).is_empty());
+    }
 }

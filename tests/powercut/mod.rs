@@ -7,9 +7,11 @@
 
 mod fs;
 mod publish;
+mod state;
 
 use crate::util::{roger_bin, Run};
-use fs::{Mounted, State};
+use fs::Mounted;
+use state::State;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 

@@ -3,7 +3,7 @@
 //! verifies, the ledger stays intact, and the next command leaves latest.json, the ledger,
 //! the files and retention agreeing (repairing with a record where needed).
 
-use super::fs::State;
+use super::state::State;
 use super::{prepared, sha, Cut, Rig};
 use crate::publish::torch_zip;
 use roger::ledger::{Kind, Ledger};
