@@ -155,7 +155,11 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     let src = std::fs::canonicalize(&req.src)
         .with_context(|| format!("source checkpoint {}", req.src.display()))?;
     let name = names::file_name(&src)?;
-    if names::is_staging(&name) || name == manifest::FILE || name.starts_with(names::PREV_PREFIX) {
+    if names::is_staging(&name)
+        || name == manifest::FILE
+        || name == recover::INTENT_FILE
+        || name.starts_with(names::PREV_PREFIX)
+    {
         bail!(
             "{}: that is one of roger's own files, not a checkpoint",
             src.display()

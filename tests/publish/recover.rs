@@ -348,3 +348,12 @@ fn latest_json_ahead_of_the_ledger_as_earlier_versions_left_it_is_recorded() {
         .stderr_has("not repaired");
     assert_eq!(ledger_records(&env.path("roger-ledger.jsonl")).len(), 0);
 }
+
+#[test]
+fn the_intent_file_name_is_roger_s_own() {
+    let env = Env::new();
+    env.write("x/.roger-publish-intent.json", "{}");
+    env.run(&["publish", "x/.roger-publish-intent.json", "--to", "ck"])
+        .expect(1)
+        .stderr_has("one of roger's own files");
+}
