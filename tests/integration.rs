@@ -9,6 +9,7 @@ mod cli;
 mod critic;
 mod hygiene;
 mod ledger;
+mod powercut;
 mod probe;
 mod publish;
 mod quarantine;

@@ -140,6 +140,9 @@ fn run_disk(global: &Global, a: DiskArgs) -> Result<u8> {
     let cfg = config::require(global.config.as_deref())?;
     let now = chrono::Utc::now();
     let ledger = Ledger::new(cfg.ledger_path());
+    if let Ok(dir) = cfg.checkpoint_dir() {
+        crate::publish::recover::try_recover(&dir, &ledger, &cfg.run.name, "hygiene", now);
+    }
     let mut report = disk::check(&cfg, now)?;
     let mut pruned = None;
     if a.prune {

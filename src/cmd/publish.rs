@@ -13,9 +13,13 @@ use std::path::{Path, PathBuf};
 
 const AFTER_HELP: &str = "\
 Order of work: source checks (size+mtime stable, .pt zip / .safetensors structure) -> free space
-(size + [publish] margin) -> lock + clean leftovers of killed publishes -> copy into a hidden
-staging name while hashing -> fsync -> drop the page cache and re-read to verify -> rename into
-place -> fsync the directory -> latest.json (atomically) -> ledger record -> retention.
+(size + [publish] margin) -> lock -> finish or undo what an interrupted publish left, and clean
+its leftovers -> copy into a hidden staging name while hashing -> fsync -> drop the page cache
+and re-read to verify -> intent file (fsynced) -> rename into place -> fsync the directory ->
+ledger record -> latest.json (atomically) -> retention (prune record, then removal).
+After a crash or power cut at any point, the next publish, publish --verify, hygiene disk or
+watch finishes the publish (the checkpoint had its name) or undoes it (it had not), with a
+ledger record saying which.
 A source already inside the destination directory is published in place (no copy).
 A copy that fails verification is kept as evidence in DIR/.roger-rejected/, never under the
 real name; the previous checkpoint and latest.json stay as they were.
@@ -26,8 +30,9 @@ pruned unless --keep-last/--keep-every is given.
 
 Test-only environment knobs (for crash-safety tests, never set in production):
   ROGER_FAILPOINT=NAME        abort at a step boundary: after_lock, after_staging_write,
-                              after_fsync, after_verify, after_prev_link, after_rename,
-                              before_manifest, after_manifest, before_ledger, after_ledger
+                              after_fsync, after_verify, after_intent, after_prev_link,
+                              after_rename, before_ledger, after_ledger, before_manifest,
+                              after_manifest, after_prune_record
   ROGER_FAULT_TRUNCATE_AFTER_FSYNC=BYTES   truncate the staging copy after its fsync
   ROGER_FAKE_FREE_BYTES=BYTES the free space the destination reports";
 
@@ -219,6 +224,9 @@ fn print_human(o: &Outcome) {
     if o.dir_fsync != "ok" {
         outln!("  warning: {}", o.dir_fsync);
     }
+    for r in &o.repaired {
+        outln!("  first {r}");
+    }
     if !o.cleaned.is_empty() {
         outln!(
             "  cleaned {} leftover(s) of earlier publishes: {}",
@@ -240,8 +248,16 @@ fn print_human(o: &Outcome) {
     }
 }
 
-/// `--verify`: the checkpoint's bytes against its newest publish record.
+/// `--verify`: the checkpoint's bytes against its newest publish record (after finishing
+/// or undoing what an interrupted publish left).
 fn verify(t: &Target, path: Option<&Path>, json: bool) -> Result<u8> {
+    publish::recover::try_recover(
+        &t.dest,
+        &Ledger::new(&t.ledger),
+        &t.run,
+        "publish",
+        chrono::Utc::now(),
+    );
     let latest = if path.is_none() {
         Some(manifest::read(&t.dest)?.ok_or_else(|| {
             anyhow!(

@@ -10,7 +10,7 @@ use crate::config::PublishConfig;
 use crate::ledger::{Entry, Kind, Ledger, Record};
 pub use crate::publish::retention::Protected;
 use crate::publish::retention::{self, Guard, PruneCandidate};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -86,24 +86,16 @@ pub fn execute(
                 .field("reason", format!("disk: free-space goal; {}", c.reason)),
             now,
         )?;
-        remove_any(path)?;
+        crate::publish::place::remove_any(path)?;
         removed.push(path.clone());
     }
-    Ok(removed)
-}
-
-fn remove_any(path: &Path) -> Result<()> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("stat {}", path.display())),
-    };
-    if meta.is_dir() {
-        std::fs::remove_dir_all(path)
-    } else {
-        std::fs::remove_file(path)
+    // The removals survive a power cut, like publish's retention (else `recover` finishes them).
+    let dirs: std::collections::BTreeSet<&Path> =
+        removed.iter().filter_map(|p| p.parent()).collect();
+    for dir in dirs {
+        crate::publish::copy::fsync_dir(dir)?;
     }
-    .with_context(|| format!("removing {}", path.display()))
+    Ok(removed)
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 //! record without `hash`, serialised canonically (keys sorted, compact), so the on-disk key
 //! order is free to be the readable one. Appends take an exclusive flock, write one line and
 //! fsync. Nothing here ever rewrites or truncates the file. A torn line (a crash mid-write) is
-//! skipped by readers, reported by `verify`, and the next append starts on a fresh line.
+//! skipped by readers, reported by `verify`, and the next append starts on a fresh line; a
+//! last record that is whole and links but lost only its newline is chained to, not
+//! duplicated (torn or complete is decided by parsing and linking, not by the newline alone).
 //! Time is passed in.
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -264,10 +266,12 @@ impl Ledger {
 
     /// Append one record under an exclusive lock, fsynced before returning.
     pub fn append(&self, entry: Entry, now: DateTime<Utc>) -> Result<Record> {
-        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating ledger directory {}", dir.display()))?;
-        }
+        let dir = self
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        create_dirs_durably(dir)?;
         let file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -277,6 +281,11 @@ impl Ledger {
         let mut locked = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
             .map_err(|(_, e)| anyhow!("locking ledger {}: {e}", self.path.display()))?;
         refuse_foreign_file(&mut locked, &self.path)?;
+        let was_empty = locked
+            .metadata()
+            .with_context(|| format!("reading ledger {}", self.path.display()))?
+            .len()
+            == 0;
         let (last, ends_clean) = last_good_record(&mut locked)
             .with_context(|| format!("reading the tail of ledger {}", self.path.display()))?;
         let (seq, prev) = match last {
@@ -313,6 +322,11 @@ impl Ledger {
         locked
             .sync_data()
             .with_context(|| format!("fsync of ledger {}", self.path.display()))?;
+        if was_empty {
+            // A new ledger's name is a directory entry: without this fsync a power cut can
+            // lose the file and every record fsynced into it.
+            fsync_dir(dir)?;
+        }
         Ok(rec)
     }
 
@@ -331,6 +345,39 @@ impl Ledger {
     /// Records only; problems are for `verify`.
     pub fn records(&self) -> Result<Vec<Record>> {
         Ok(self.scan()?.records)
+    }
+}
+
+/// `create_dir_all`, with each directory it creates made durable in its parent.
+fn create_dirs_durably(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating ledger directory {}", dir.display()))?;
+    for d in missing.iter().rev() {
+        if let Some(parent) = d.parent() {
+            fsync_dir(if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// fsync a directory so the entries made in it survive a power cut. A filesystem that
+/// refuses directory fsync (EINVAL: drvfs, 9p) cannot give that promise: not an error here.
+fn fsync_dir(dir: &Path) -> Result<()> {
+    let f = std::fs::File::open(dir)
+        .with_context(|| format!("opening ledger directory {}", dir.display()))?;
+    match f.sync_all() {
+        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => {
+            Err(e).with_context(|| format!("fsync of ledger directory {}", dir.display()))
+        }
+        _ => Ok(()),
     }
 }
 

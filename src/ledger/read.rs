@@ -197,7 +197,10 @@ pub(super) fn parse_record(line: &str) -> Result<Record> {
     })
 }
 
-/// The last good record's (seq, hash), and whether the file ends with a newline.
+/// The record an append chains to, as (seq, hash), and whether the file ends with a newline.
+/// An unterminated last line that parses, hashes right and links to the record before it is
+/// a complete record whose newline never reached the disk: it is the one to chain to (the
+/// append's leading newline completes it). Any other unterminated tail is torn: skipped.
 pub(super) fn last_good_record(file: &mut File) -> Result<(Option<(u64, String)>, bool)> {
     let len = file.seek(SeekFrom::End(0))?;
     if len == 0 {
@@ -211,29 +214,38 @@ pub(super) fn last_good_record(file: &mut File) -> Result<(Option<(u64, String)>
         Read::by_ref(file).take(len - start).read_to_end(&mut buf)?;
         let ends_clean = buf.last() == Some(&b'\n');
         // Complete lines only; from a mid-file start, the first fragment is not a line.
-        let body = if ends_clean {
-            &buf[..]
+        let (body, tail) = if ends_clean {
+            (&buf[..], &buf[..0])
         } else {
             match buf.iter().rposition(|&b| b == b'\n') {
-                Some(i) => &buf[..=i],
-                None => &buf[..0],
+                Some(i) => (&buf[..=i], &buf[i + 1..]),
+                None if start == 0 => (&buf[..0], &buf[..]),
+                None => (&buf[..0], &buf[..0]),
             }
         };
         let mut lines: Vec<&[u8]> = body.split(|&b| b == b'\n').collect();
         if start > 0 && !lines.is_empty() {
             lines.remove(0);
         }
-        for line in lines.iter().rev() {
-            if let Ok(rec) = std::str::from_utf8(line)
+        let complete = lines.iter().rev().find_map(|line| {
+            std::str::from_utf8(line)
                 .map_err(anyhow::Error::from)
                 .and_then(parse_record)
-            {
-                return Ok((Some((rec.seq, rec.hash)), ends_clean));
-            }
+                .ok()
+        });
+        if complete.is_none() && start > 0 {
+            window *= 4;
+            continue;
         }
-        if start == 0 {
-            return Ok((None, ends_clean));
-        }
-        window *= 4;
+        let last = complete.map(|r| (r.seq, r.hash));
+        let linked_tail = std::str::from_utf8(tail)
+            .map_err(anyhow::Error::from)
+            .and_then(parse_record)
+            .ok()
+            .filter(|t| {
+                let (seq, prev) = last.clone().unwrap_or((0, GENESIS.to_string()));
+                t.compute_hash() == t.hash && t.prev == prev && Some(t.seq) == seq.checked_add(1)
+            });
+        return Ok((linked_tail.map(|t| (t.seq, t.hash)).or(last), ends_clean));
     }
 }

@@ -286,6 +286,27 @@ pub fn fsync_dir(dir: &Path) -> Result<DirSync> {
     }
 }
 
+/// `create_dir_all`, with each directory it creates made durable in its parent: a publish
+/// into a new directory must not vanish with it at a power cut.
+pub fn create_dirs_durably(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let missing: Vec<std::path::PathBuf> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .map(Path::to_path_buf)
+        .collect();
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating destination {}", dir.display()))?;
+    for d in missing.iter().rev() {
+        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fsync_dir(parent)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

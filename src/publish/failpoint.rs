@@ -15,12 +15,14 @@ pub const ALL: &[&str] = &[
     "after_staging_write",
     "after_fsync",
     "after_verify",
+    "after_intent",
     "after_prev_link",
     "after_rename",
-    "before_manifest",
-    "after_manifest",
     "before_ledger",
     "after_ledger",
+    "before_manifest",
+    "after_manifest",
+    "after_prune_record",
 ];
 
 fn armed() -> Option<&'static str> {

@@ -46,7 +46,13 @@ pub fn read(dir: &Path) -> Result<Option<Latest>> {
 
 /// Replace `dir/latest.json` atomically.
 pub fn write(dir: &Path, latest: &Latest) -> Result<DirSync> {
-    let staging = dir.join(names::staging_name(FILE));
+    write_json(dir, FILE, latest)
+}
+
+/// Replace `dir/name` with `value` as pretty JSON, atomically and durably: staging file,
+/// fsync, rename, directory fsync.
+pub fn write_json(dir: &Path, name: &str, value: &impl Serialize) -> Result<DirSync> {
+    let staging = dir.join(names::staging_name(name));
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -54,14 +60,14 @@ pub fn write(dir: &Path, latest: &Latest) -> Result<DirSync> {
             .mode(0o644)
             .open(&staging)
             .with_context(|| format!("creating {}", staging.display()))?;
-        let mut text = serde_json::to_string_pretty(latest).expect("manifest serialises");
+        let mut text = serde_json::to_string_pretty(value).context("serialising")?;
         text.push('\n');
         f.write_all(text.as_bytes())
             .with_context(|| format!("writing {}", staging.display()))?;
         f.sync_all()
             .with_context(|| format!("fsync of {}", staging.display()))?;
         copy::close(f).with_context(|| format!("closing {}", staging.display()))?;
-        std::fs::rename(&staging, dir.join(FILE))
+        std::fs::rename(&staging, dir.join(name))
             .with_context(|| format!("renaming {} into place", staging.display()))
     })();
     if let Err(e) = result {

@@ -1,8 +1,11 @@
 //! `roger publish`: put a checkpoint (file or directory) into the destination directory so
-//! that a crash at any moment leaves the old state or the new one, never a torn file under a
-//! real name, and record it. Order: source checks → free space → lock + clean leftovers →
-//! copy into a dot-staging name while hashing → fsync → drop cache and re-read to verify →
-//! rename into place → directory fsync → latest.json → ledger → retention.
+//! that a crash or power cut at any moment leaves the old state or the new one, never a torn
+//! file under a real name, and record it. Order: source checks → free space → lock → recover
+//! what an interrupted publish left (`recover`) + clean leftovers → copy into a dot-staging
+//! name while hashing → fsync → drop cache and re-read to verify → intent (durable) → rename
+//! into place → directory fsync → ledger → latest.json → clear the intent → retention (prune
+//! record, then removal). The ledger comes before latest.json so that whatever latest.json
+//! names has its record; a crash between any two steps is finished or undone by `recover`.
 //! The byte path is in `copy`, the swap/rejection side effects in `place`.
 
 pub mod chain;
@@ -13,6 +16,7 @@ pub mod formats;
 pub mod manifest;
 pub mod names;
 pub mod place;
+pub mod recover;
 pub mod retention;
 pub mod source;
 
@@ -51,7 +55,7 @@ pub struct Request {
     pub config: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Layout {
     File,
@@ -100,6 +104,8 @@ pub struct Outcome {
     pub free_before: Option<u64>,
     /// Leftovers of earlier, killed publishes that were removed.
     pub cleaned: Vec<String>,
+    /// What an interrupted earlier publish left half done and was finished or undone first.
+    pub repaired: Vec<String>,
     pub pruned: Vec<Pruned>,
     /// Checkpoints retention's policy alone would have removed, kept by the rule (the last
     /// good one, the newest before a standing fail, ...), and why.
@@ -198,24 +204,40 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
             &dest_abs,
         )?;
     }
-    std::fs::create_dir_all(&dest_abs)
-        .with_context(|| format!("creating destination {}", dest_abs.display()))?;
+    copy::create_dirs_durably(&dest_abs)?;
     let dest = std::fs::canonicalize(&dest_abs)?;
     let _lock = place::lock(&dest)?;
     failpoint::hit("after_lock");
+    let ledger = Ledger::new(&req.ledger);
+    let repaired = recover::recover(&dest, &ledger, &req.run, "publish", clock.now())?;
     let latest_before = manifest::read(&dest)?;
     let cleaned = place::clean_leftovers(&dest, latest_before.as_ref())?;
     let step = req.step.or_else(|| names::step_from_name(&name));
     let target = dest.join(&name);
-    let ledger = Ledger::new(&req.ledger);
+    let intent = |sha256: &str, digests: &[FileDigest]| recover::Intent {
+        path: name.clone(),
+        sha256: sha256.to_string(),
+        size,
+        step,
+        layout,
+        files: digests.len(),
+        in_place,
+        run: req.run.clone(),
+        published_at: clock
+            .now()
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    };
 
     let t = std::time::Instant::now();
-    let (digests, reread, mut dirsync) = if in_place {
+    let (digests, reread, dirsync, intent) = if in_place {
         let (digests, reread) = place::sync_and_reread(&before, layout)?;
         timings.verify = ms(t);
         source::unchanged(&src, layout, &before)?;
         failpoint::hit("after_verify");
-        (digests, reread, copy::fsync_dir(&dest)?)
+        let intent = intent(&combined(layout, &digests), &digests);
+        let dirsync = recover::write_intent(&dest, &intent)?;
+        failpoint::hit("after_intent");
+        (digests, reread, dirsync, intent)
     } else {
         let mut staging = place::Staging::new(dest.join(names::staging_name(&name)));
         let written = place::copy_in(&before, layout, staging.path())?;
@@ -247,8 +269,10 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
             );
         }
         failpoint::hit("after_verify");
-        let mut dirsync = DirSync::Ok;
         let t = std::time::Instant::now();
+        let intent = intent(&combined(layout, &written), &written);
+        let mut dirsync = recover::write_intent(&dest, &intent)?;
+        failpoint::hit("after_intent");
         if let Some(l) = latest_before
             .as_ref()
             .filter(|l| l.path == name && target.exists())
@@ -270,51 +294,44 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         failpoint::hit("after_rename");
         dirsync = dirsync.and(copy::fsync_dir(&dest)?);
         timings.commit = ms(t);
-        (written, reread, dirsync)
+        (written, reread, dirsync, intent)
     };
     let t = std::time::Instant::now();
 
-    let sha256 = combined(layout, &digests);
-    failpoint::hit("before_manifest");
-    let now = clock.now();
-    dirsync = dirsync.and(manifest::write(
-        &dest,
-        &Latest {
-            path: name.clone(),
-            sha256: sha256.clone(),
-            size,
-            step,
-            published_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        },
-    )?);
-    failpoint::hit("after_manifest");
-    place::remove_stale_prev(&dest, &name);
+    let sha256 = intent.sha256.clone();
     if let DirSync::Unsupported(w) = &dirsync {
         tracing::warn!("{w}");
     }
-
     failpoint::hit("before_ledger");
+    let now = clock.now();
     let rec = ledger
         .append(
-            Entry::new(Kind::Publish, "publish", &req.run)
-                .step(step)
-                .field("path", target.display().to_string())
-                .field("sha256", &sha256)
-                .field("size", size)
-                .field("layout", layout.as_str())
-                .field("files", digests.len())
-                .field("dir", dest.display().to_string())
-                .field("in_place", in_place)
-                .field("dir_fsync", dirsync.text()),
+            recover::publish_entry(
+                &req.run,
+                step,
+                &target,
+                &sha256,
+                size,
+                layout,
+                digests.len(),
+                &dest,
+                in_place,
+                dirsync.text(),
+            ),
             now,
         )
         .with_context(|| {
             format!(
-                "{} is published and latest.json points to it, but the ledger record could not be written",
+                "{} is in place and verified, but its ledger record could not be written; latest.json still names the previous checkpoint (the next roger publish, publish --verify, hygiene disk or watch finishes this)",
                 target.display()
             )
         })?;
     failpoint::hit("after_ledger");
+    failpoint::hit("before_manifest");
+    manifest::write(&dest, &intent.latest())?;
+    failpoint::hit("after_manifest");
+    place::remove_stale_prev(&dest, &name);
+    recover::clear_intent(&dest);
     timings.commit += ms(t);
 
     // Still under the publish lock.
@@ -348,6 +365,7 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         verify_direct_io: reread.direct_io,
         free_before,
         cleaned,
+        repaired,
         pruned,
         kept,
         ledger: req.ledger.clone(),

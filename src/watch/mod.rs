@@ -104,6 +104,16 @@ pub(crate) struct Watcher<'a> {
 /// Run the watch until the run is done, a breaker opens, or roger is told to stop.
 pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8> {
     let ledger = Ledger::new(cfg.ledger_path());
+    if let Some(dir) = cfg.checkpoint_dir().ok().filter(|_| !opts.dry_run) {
+        // Resume points come from the ledger: an interrupted publish is finished first.
+        crate::publish::recover::try_recover(
+            &dir,
+            &ledger,
+            &cfg.run.name,
+            "watch",
+            chrono::Utc::now(),
+        );
+    }
     let records = ledger.records()?;
     let run_name = cfg.run.name.clone();
     let w = &cfg.watch;

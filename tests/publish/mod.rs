@@ -181,6 +181,7 @@ fn retention_prunes_with_records_and_never_latest() {
     assert!(!ck.join("ckpt-2000.pt").exists());
 }
 mod crash;
+mod recover;
 
 #[test]
 fn directory_checkpoint_is_published_whole_and_hashed_as_a_tree() {

@@ -50,6 +50,7 @@ pub fn after_publish(
                 .field("reason", &c.reason),
             clock.now(),
         )?;
+        crate::publish::failpoint::hit("after_prune_record");
         let error = place::remove_any(&path).err().map(|e| format!("{e:#}"));
         if let Some(e) = &error {
             tracing::warn!("pruning {}: {e}", path.display());
@@ -61,6 +62,10 @@ pub fn after_publish(
             reason: c.reason,
             error,
         });
+    }
+    if !out.is_empty() {
+        // The removals survive a power cut (else `recover` finishes them).
+        crate::publish::copy::fsync_dir(dir)?;
     }
     Ok((out, plan.spared))
 }
