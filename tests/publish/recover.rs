@@ -355,5 +355,5 @@ fn the_intent_file_name_is_roger_s_own() {
     env.write("x/.roger-publish-intent.json", "{}");
     env.run(&["publish", "x/.roger-publish-intent.json", "--to", "ck"])
         .expect(1)
-        .stderr_has("one of roger's own files");
+        .stderr_has("that name is roger's own there");
 }
