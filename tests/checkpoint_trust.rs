@@ -422,3 +422,45 @@ fn a_watched_nan_run_rolls_back_to_before_its_onset() {
         relaunch.fields
     );
 }
+
+/// The run's own `roger publish` killed after its rename but before its record (as roger's
+/// own SIGKILL of the tree can do): the relaunch must resume from that checkpoint, finished and
+/// recorded first, not from scratch or an older one.
+#[test]
+fn a_relaunch_finishes_a_publish_the_dead_run_left_half_done() {
+    let env = Env::new();
+    config(&env, "keep_last = 5");
+    env.write("out/ckpt-10.bin", "weights of step 10");
+    let roger = crate::util::roger_bin();
+    let script = format!(
+        "if [ -e launched ]; then printf %s \"$ROGER_RESUME_CKPT\" > resumed.txt; exit 0; fi; \
+         touch launched; ROGER_FAILPOINT=after_rename {} publish out/ckpt-10.bin; exit 1",
+        roger.display()
+    );
+    let mut c = env.cmd(&["watch", "--", "sh", "-c", &script]);
+    c.stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("roger watch did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let resumed = env.read("resumed.txt");
+    assert!(
+        resumed.ends_with("ck/ckpt-10.bin"),
+        "resumed from {resumed:?}\n{stderr}"
+    );
+    assert!(
+        records(&env).iter().any(|r| r.kind == Kind::Publish
+            && r.get("repaired").is_some()
+            && r.str_field("path")
+                .is_some_and(|p| p.ends_with("ckpt-10.bin"))),
+        "the finished publish is recorded as a repair\n{stderr}"
+    );
+}

@@ -39,6 +39,17 @@ impl Watcher<'_> {
                 )
                 .map(Flow::Exit);
         }
+        if let Ok(dir) = self.cfg.checkpoint_dir() {
+            // The run's own `roger publish` may have died with the run (roger's SIGKILL of the
+            // tree reaches it too): finish or undo it, on record, before choosing from the ledger.
+            crate::publish::recover::try_recover(
+                &dir,
+                &self.ledger,
+                &self.run_name,
+                super::SOURCE,
+                chrono::Utc::now(),
+            );
+        }
         let w = &self.cfg.watch;
         let records = self.ledger.records()?;
         let before = diverged_at.map(|d| d.saturating_sub(w.rollback_margin_steps));
