@@ -14,5 +14,5 @@ mod probe;
 mod publish;
 mod quarantine;
 mod watch;
-mod watch_shapes;
 mod watch_lifecycle;
+mod watch_shapes;

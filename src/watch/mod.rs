@@ -16,9 +16,9 @@ pub mod policy;
 mod relaunch;
 pub mod resume;
 pub mod signals;
-mod work;
 pub mod single;
 pub mod verdicts;
+mod work;
 mod xids;
 
 pub use event::{Event, Report};
