@@ -6,11 +6,12 @@ pub mod gpu;
 pub mod hygiene;
 pub mod units;
 mod validate;
+pub use validate::needs_total;
 pub mod watch;
 
 pub use critic::{
-    CriticConfig, DecayShape, MetricsConfig, PhaseConfig, QuietConfig, ScheduleConfig,
-    ScheduleKind, TextPattern, VramUnit,
+    Anneal, Clock, CriticConfig, DecayShape, KeyList, MetricsConfig, PhaseConfig, QuietConfig,
+    ScheduleConfig, ScheduleKind, TextPattern, TimeUnit, VramUnit,
 };
 pub use gpu::{BenchConfig, GpuConfig};
 pub use hygiene::{DiskConfig, HygieneConfig, PublishConfig, QuarantineConfig};
@@ -245,6 +246,13 @@ pub fn kind_name(k: ScheduleKind) -> &'static str {
         ScheduleKind::Linear => "linear",
         ScheduleKind::Wsd => "wsd",
         ScheduleKind::InverseSqrt => "inverse-sqrt",
+        ScheduleKind::Polynomial => "polynomial",
+        ScheduleKind::Step => "step",
+        ScheduleKind::MultiStep => "multistep",
+        ScheduleKind::OneCycle => "one-cycle",
+        ScheduleKind::CosineRestarts => "cosine-restarts",
+        ScheduleKind::Sgdr => "sgdr",
+        ScheduleKind::Plateau => "plateau",
     }
 }
 

@@ -3,9 +3,11 @@
 //! incremental reader (offset, rotation, truncation) is [`tail`]. No judging here.
 
 pub mod csv;
+pub mod derive;
 pub mod hf_state;
 pub mod jsonl;
 pub mod lines;
+pub mod locate;
 pub mod num;
 pub mod tail;
 pub mod text;
@@ -26,6 +28,33 @@ pub const TOKENS_PER_S: &str = "tokens_per_s";
 pub const VRAM_GIB: &str = "vram_gib";
 pub const EVAL_LOSS: &str = "eval_loss";
 pub const METRICS: [&str; 6] = [LOSS, LR, GRAD_NORM, TOKENS_PER_S, VRAM_GIB, EVAL_LOSS];
+/// The lr of parameter groups 2.. (`[metrics] lr` lists one key per group; group 1 is `lr`).
+pub const LR_GROUPS: [&str; 4] = [LR, "lr#2", "lr#3", "lr#4"];
+/// The run's planned last step, as the trainer logs it.
+pub const TOTAL_STEPS: &str = "total_steps";
+/// A cumulative token counter (turned into tokens/s by [`derive`]).
+pub const TOKENS: &str = "tokens";
+/// Every slot of a [`Record`]: the judged [`METRICS`] first, then what feeds them.
+pub const SLOTS: [&str; 11] = [
+    LOSS,
+    LR,
+    GRAD_NORM,
+    TOKENS_PER_S,
+    VRAM_GIB,
+    EVAL_LOSS,
+    LR_GROUPS[1],
+    LR_GROUPS[2],
+    LR_GROUPS[3],
+    TOTAL_STEPS,
+    TOKENS,
+];
+/// Index in [`SLOTS`].
+pub fn slot(name: &str) -> Option<usize> {
+    SLOTS.iter().position(|m| *m == name)
+}
+const TOTAL_SLOT: usize = 9;
+pub(crate) const TOKENS_SLOT: usize = 10;
+pub(crate) const TPS_SLOT: usize = 3;
 
 /// Garbage lines kept with their reason; beyond this only the count grows.
 pub const GARBAGE_KEPT: usize = 100;
@@ -52,16 +81,18 @@ impl Sample {
 pub struct Record {
     pub step: u64,
     pub time: Option<f64>,
-    /// Indexed like [`METRICS`].
-    pub values: [Option<f64>; 6],
+    /// Indexed like [`SLOTS`].
+    pub values: [Option<f64>; 11],
 }
 
 impl Record {
     pub fn get(&self, metric: &str) -> Option<f64> {
-        METRICS
-            .iter()
-            .position(|m| *m == metric)
-            .and_then(|i| self.values[i])
+        slot(metric).and_then(|i| self.values[i])
+    }
+
+    /// The planned last step, when this line says it.
+    pub fn total_steps(&self) -> Option<u64> {
+        self.values[TOTAL_SLOT].and_then(as_step).filter(|t| *t > 0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -72,7 +103,7 @@ impl Record {
         Sample {
             step: self.step,
             time: self.time,
-            values: METRICS
+            values: SLOTS
                 .iter()
                 .zip(self.values)
                 .filter_map(|(m, v)| v.map(|v| (m.to_string(), v)))
@@ -83,8 +114,8 @@ impl Record {
 
 impl From<&Sample> for Record {
     fn from(s: &Sample) -> Record {
-        let mut values = [None; 6];
-        for (i, m) in METRICS.iter().enumerate() {
+        let mut values = [None; 11];
+        for (i, m) in SLOTS.iter().enumerate() {
             values[i] = s.get(m);
         }
         Record {
@@ -149,6 +180,9 @@ impl Batch {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parsed {
     Sample(Record),
+    /// A sample with one mapped field that could not be read: the rest is used, the field
+    /// is reported.
+    Partial(Record, String),
     /// Nothing to read (blank, a header, a text line no pattern matches).
     Skip,
     Garbage(String),
@@ -169,7 +203,9 @@ pub trait LineParser: Send {
 pub enum Target {
     Step,
     Time,
-    /// Index into [`METRICS`].
+    /// Seconds (or ms) one step took: tokens/s = `tokens_per_step` / it.
+    StepTime,
+    /// Index into [`SLOTS`].
     Metric(usize),
 }
 
@@ -181,6 +217,9 @@ pub struct Keys {
     /// Per `wanted` entry: whether its key has a `.` or `/` (then a separator-blind match).
     has_sep: Vec<bool>,
     pub vram_unit: crate::config::VramUnit,
+    pub clock: crate::config::Clock,
+    step_time_ms: bool,
+    tokens_per_step: Option<f64>,
 }
 
 impl Keys {
@@ -188,18 +227,24 @@ impl Keys {
         let mut wanted = vec![
             (Target::Step, m.step.clone()),
             (Target::Time, m.time.clone()),
+            (Target::StepTime, m.step_time.clone()),
         ];
         let metric_keys = [
-            &m.loss,
-            &m.lr,
+            m.loss.as_str(),
+            m.lr.first(),
             &m.grad_norm,
             &m.tokens_per_s,
             &m.vram,
             &m.eval_loss,
         ];
         for (i, k) in metric_keys.into_iter().enumerate() {
-            wanted.push((Target::Metric(i), k.clone()));
+            wanted.push((Target::Metric(i), k.to_string()));
         }
+        for (g, k) in m.lr.0.iter().enumerate().skip(1).take(LR_GROUPS.len() - 1) {
+            wanted.push((Target::Metric(5 + g), k.clone()));
+        }
+        wanted.push((Target::Metric(TOTAL_SLOT), m.total_steps.clone()));
+        wanted.push((Target::Metric(TOKENS_SLOT), m.tokens.clone()));
         let wanted: Vec<(Target, Vec<u8>)> = wanted
             .into_iter()
             .filter(|(_, k)| !k.is_empty())
@@ -213,6 +258,23 @@ impl Keys {
             wanted,
             has_sep,
             vram_unit: m.vram_unit,
+            clock: m.clock,
+            step_time_ms: m.step_time_unit == crate::config::TimeUnit::Ms,
+            tokens_per_step: m.tokens_per_step,
+        }
+    }
+
+    /// A value for `target` from its text: times by the `[metrics] clock`, the rest numbers.
+    pub fn value(&self, target: Target, raw: &[u8]) -> Option<f64> {
+        use crate::config::Clock;
+        match (target, self.clock) {
+            (Target::Time, Clock::Unix) => parse_time(raw),
+            (Target::Time, Clock::Elapsed) => num::parse_elapsed(raw),
+            (Target::Time, Clock::ElapsedMs) => {
+                let raw = raw.trim_ascii();
+                parse_num(raw.strip_suffix(b"ms").unwrap_or(raw))
+            }
+            _ => parse_num(raw),
         }
     }
 
@@ -263,7 +325,8 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
 pub struct Fields {
     pub step: Option<f64>,
     pub time: Option<f64>,
-    pub values: [Option<f64>; 6],
+    pub step_time: Option<f64>,
+    pub values: [Option<f64>; 11],
     /// Why a wanted field could not be read (first problem only).
     pub bad: Option<String>,
 }
@@ -273,16 +336,21 @@ impl Fields {
         match target {
             Target::Step => self.step = Some(v),
             Target::Time => self.time = Some(v),
+            Target::StepTime => self.step_time = Some(v),
             Target::Metric(i) => self.values[i] = Some(v),
         }
     }
 
-    /// Sample, Skip (no step and nothing else either) or Garbage.
+    /// Sample (Partial when one field was unreadable), Skip (no step and no mapped metric:
+    /// a summary or `predict_*` entry) or Garbage (no usable step).
     pub fn finish(self, keys: &Keys, step_key: &str) -> Parsed {
-        if let Some(why) = self.bad {
-            return Parsed::Garbage(why);
-        }
         let Some(step) = self.step else {
+            if let Some(why) = self.bad {
+                return Parsed::Garbage(why);
+            }
+            if self.values.iter().all(Option::is_none) && self.step_time.is_none() {
+                return Parsed::Skip;
+            }
             return Parsed::Garbage(format!("no step: expected a `{step_key}` field"));
         };
         let Some(step) = as_step(step) else {
@@ -294,11 +362,25 @@ impl Fields {
         if let Some(v) = values[4].as_mut() {
             *v = keys.vram_unit.to_gib(*v); // METRICS[4] is VRAM_GIB
         }
-        Parsed::Sample(Record {
-            step,
-            time: self.time,
-            values,
-        })
+        if let (None, Some(per_step), Some(dt)) =
+            (values[TPS_SLOT], keys.tokens_per_step, self.step_time)
+        {
+            let dt = if keys.step_time_ms { dt / 1000.0 } else { dt };
+            if dt.is_finite() && dt > 0.0 {
+                values[TPS_SLOT] = Some(per_step / dt);
+            }
+        }
+        let time = match keys.clock {
+            crate::config::Clock::ElapsedMs => self.time.map(|t| t / 1000.0),
+            _ => self.time,
+        };
+        let record = Record { step, time, values };
+        match self.bad {
+            Some(why) => {
+                Parsed::Partial(record, format!("{why}; the line's other fields are used"))
+            }
+            None => Parsed::Sample(record),
+        }
     }
 }
 
@@ -316,10 +398,15 @@ pub fn line_parser(format: LogFormat, m: &MetricsConfig) -> Result<Option<Box<dy
     })
 }
 
-/// Read a whole log. Samples without a time of their own get the file's mtime (the last
-/// moment the log was written).
+/// Read a whole log (a `[run] log` pattern reads its newest match). Samples without a time
+/// of their own get the file's mtime (the last moment the log was written).
 pub fn read_all(path: &Path, format: LogFormat, metrics: &MetricsConfig) -> Result<ReadOutcome> {
-    let batch = match line_parser(format, metrics)? {
+    let resolved = locate::resolve(path);
+    let path = match &resolved {
+        Some(p) => p.as_path(),
+        None => anyhow::bail!("no log matches {} (yet)", path.display()),
+    };
+    let mut batch = match line_parser(format, metrics)? {
         None => hf_state::read(path, metrics)?,
         Some(mut parser) => {
             let file = std::fs::File::open(path)
@@ -331,6 +418,7 @@ pub fn read_all(path: &Path, format: LogFormat, metrics: &MetricsConfig) -> Resu
         }
     };
     let mtime = mtime_secs(path);
+    derive::Derive::new(metrics.clock).apply(&mut batch.records, mtime);
     Ok(ReadOutcome {
         samples: to_samples(&batch.records, mtime),
         garbage: batch.garbage,
@@ -385,7 +473,19 @@ mod tests {
             .map(|i| Record {
                 step: i,
                 time: (i % 2 == 0).then_some(1.0),
-                values: [Some(i as f64), None, None, None, None, None],
+                values: [
+                    Some(i as f64),
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                ],
             })
             .collect();
         let samples = to_samples(&recs, Some(9.0));
