@@ -12,4 +12,5 @@ mod ledger;
 mod probe;
 mod publish;
 mod quarantine;
+mod real_configs;
 mod watch;

@@ -216,13 +216,13 @@ fn validate_schedule(
         }
         ScheduleKind::Step => match s.step_size {
             None | Some(0) => bail!(
-                "{file}: [schedule] kind = \"step\" needs step_size >= 1 (StepLR's step_size)"
+                "{file}: [schedule] expected step_size >= 1 for kind = \"step\" (StepLR's step_size)"
             ),
             _ => {}
         },
         ScheduleKind::MultiStep => match s.milestones.as_deref() {
             None | Some([]) => {
-                bail!("{file}: [schedule] kind = \"multistep\" needs milestones, e.g. [30, 80]")
+                bail!("{file}: [schedule] expected milestones for kind = \"multistep\", e.g. [30, 80]")
             }
             Some(m) if m.windows(2).any(|w| w[1] <= w[0]) => {
                 bail!("{file}: [schedule] expected milestones in increasing order, got {m:?}")
@@ -260,7 +260,7 @@ fn validate_schedule(
         ScheduleKind::Sgdr => {
             match s.t_0 {
                 None | Some(0) => bail!(
-                    "{file}: [schedule] kind = \"sgdr\" needs t_0 >= 1 (the first cycle's steps)"
+                    "{file}: [schedule] expected t_0 >= 1 for kind = \"sgdr\" (the first cycle's steps)"
                 ),
                 _ => {}
             }
