@@ -422,6 +422,57 @@ mod tests {
         assert!(c.schedule.is_some());
     }
 
+    /// Issue 18 item 7: every new key is documented (commented) in the example.
+    #[test]
+    fn example_documents_every_new_key() {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("roger.example.toml"),
+        )
+        .unwrap();
+        for key in [
+            "warmup_ratio",
+            "steps_per_epoch",
+            "power",
+            "step_size",
+            "milestones",
+            "gamma",
+            "pct_start",
+            "div_factor",
+            "final_div_factor",
+            "anneal",
+            "num_cycles",
+            "t_0",
+            "t_mult",
+            "factor",
+            "group_scale",
+            "clock",
+            "total_steps",
+            "step_time",
+            "step_time_unit",
+            "tokens_per_step",
+            "tokens",
+        ] {
+            assert!(
+                text.lines().any(|l| l
+                    .trim_start_matches(['#', ' '])
+                    .starts_with(&format!("{key} = "))),
+                "roger.example.toml does not document {key}"
+            );
+        }
+        for kind in [
+            "polynomial",
+            "multistep",
+            "one-cycle",
+            "cosine-restarts",
+            "sgdr",
+            "plateau",
+            "constant-with-warmup",
+        ] {
+            assert!(text.contains(kind), "kind {kind} undocumented");
+        }
+        assert!(text.contains("version_{version}"));
+    }
+
     #[test]
     fn line_col_counts_from_one() {
         assert_eq!(line_col("ab\ncd", 0), (1, 1));

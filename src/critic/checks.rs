@@ -529,6 +529,22 @@ pub(crate) mod tests {
         );
     }
 
+    /// Issue 18 item 7: a kind that needs the run's length, with none known yet, waits.
+    #[test]
+    fn lr_without_a_known_total_is_unknown_not_judged_against_infinity() {
+        let mut o = obs_with(vec![(500, vec![("lr", 5e-4)])]);
+        o.schedule.as_mut().unwrap().total_steps = None;
+        let r = lr(&o).unwrap();
+        assert_eq!(r.status, Status::Unknown, "{}", r.reason);
+        assert!(r.reason.contains("needs total_steps"), "{}", r.reason);
+        o.schedule = o.schedule.map(|s| s.resolved(Some(1100)));
+        assert_eq!(
+            lr(&o).unwrap().status,
+            Status::Fail,
+            "5e-4 is off the cosine at 500"
+        );
+    }
+
     #[test]
     fn grad_norm_nan_must_persist() {
         let isolated =

@@ -174,6 +174,30 @@ mod tests {
         );
     }
 
+    /// Issue 18 items 6 and 7: `max_steps` is the run's total; stepless entries are quiet.
+    #[test]
+    fn max_steps_rides_on_every_sample_and_stepless_entries_are_skipped() {
+        let doc = br#"{"max_steps": 900, "log_history": [
+            {"learning_rate": 5e-7, "loss": 0.30, "step": 25},
+            {"predict_loss": 0.4, "predict_runtime": 2.0},
+            {"loss": "oops", "grad_norm": 1.5, "step": 50}
+        ]}"#;
+        let out = parse(doc, Path::new("ts.json"), &MetricsConfig::default());
+        assert_eq!(out.records.len(), 2);
+        assert!(out.records.iter().all(|r| r.total_steps() == Some(900)));
+        assert_eq!(
+            out.records[1].get("grad_norm"),
+            Some(1.5),
+            "the bad loss costs only itself"
+        );
+        assert_eq!(out.garbage_total, 1, "{:?}", out.garbage);
+        assert!(
+            out.garbage[0].why.contains("log_history[2]"),
+            "{:?}",
+            out.garbage
+        );
+    }
+
     #[test]
     fn half_written_document_is_one_garbage_entry() {
         let out = parse(

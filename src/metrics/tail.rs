@@ -412,6 +412,32 @@ mod tests {
         );
     }
 
+    /// Issue 18 item 7: a `{version}` log follows the newest launch's directory.
+    #[test]
+    fn a_version_pattern_follows_the_newest_launch() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = |n: u32| dir.path().join(format!("logs/version_{n}/m.jsonl"));
+        let pattern = dir.path().join("logs/version_{version}/m.jsonl");
+        let mut t = Tail::new(&pattern, LogFormat::Jsonl, &MetricsConfig::default()).unwrap();
+        assert!(t.poll().unwrap().missing, "nothing matches yet");
+        std::fs::create_dir_all(v(0).parent().unwrap()).unwrap();
+        append(&v(0), "{\"step\": 1}\n{\"step\": 2}\n");
+        assert_eq!(steps(&t.poll().unwrap()), vec![1, 2]);
+        append(&v(0), "{\"step\": 3}");
+        std::fs::create_dir_all(v(1).parent().unwrap()).unwrap();
+        append(&v(1), "{\"step\": 2}\n");
+        let poll = t.poll().unwrap();
+        assert_eq!(
+            steps(&poll),
+            vec![3, 2],
+            "the old file finished, then the new one"
+        );
+        assert!(poll.restarted.unwrap().contains("version_1"));
+        append(&v(1), "{\"step\": 4}\n");
+        assert_eq!(steps(&t.poll().unwrap()), vec![4]);
+        assert_eq!(t.path(), v(1));
+    }
+
     #[test]
     fn snapshot_is_reread_only_when_it_changes() {
         let dir = tempfile::tempdir().unwrap();
