@@ -4,9 +4,10 @@
 pub mod critic;
 pub mod gpu;
 pub mod hygiene;
+mod schedule_rules;
 pub mod units;
 mod validate;
-pub use validate::needs_total;
+pub use schedule_rules::needs_total;
 pub mod watch;
 
 pub use critic::{

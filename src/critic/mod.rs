@@ -5,6 +5,7 @@
 
 pub mod checks;
 pub mod loss;
+pub mod lr;
 pub mod observe;
 pub mod onset;
 pub mod replay;
