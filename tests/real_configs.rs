@@ -81,7 +81,7 @@ fn new_schedule_keys_are_validated_with_file_line_and_column() {
         ("lr = []\n", "roger.toml:4:6: expected at least one key"),
         (
             "step_time = \"dt\"\n",
-            "roger.toml:4:1: [metrics] step_time and tokens_per_step go together",
+            "roger.toml:4:1: [metrics] step_time needs tokens_per_step",
         ),
         (
             "tokens_per_step = -5.0\nstep_time = \"dt\"\n",
@@ -353,6 +353,22 @@ fn elapsed_clocks_and_tokens_per_s_from_step_time() {
         obs["advanced_at"].as_f64().unwrap(),
     );
     assert_eq!(last, adv);
+    // Without the step time: steps advanced per second of the log's own clock.
+    let cfg = env
+        .read("roger.toml")
+        .replace("step_avg:([\\d.]+)ms", "step_avg:[\\d.]+ms")
+        .replace(", \"step_time\"]", "]")
+        .replace("step_time = \"step_time\"\n", "")
+        .replace("step_time_unit = \"ms\"\n", "");
+    assert!(!cfg.contains("step_time"), "{cfg}");
+    env.write("roger.toml", cfg);
+    let (run, v) = critic_json(&env);
+    assert_eq!(
+        check(&v, "tokens_per_s")["observed"]["median"],
+        524288.0 * 10.0 / 2.5,
+        "{}",
+        run.report()
+    );
     // H:MM:SS elapsed (tqdm / HF style) and a cumulative token counter, in JSONL.
     env.write(
         "log.jsonl",

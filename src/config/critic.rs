@@ -30,7 +30,8 @@ pub struct MetricsConfig {
     /// Seconds (or `step_time_unit`) one step took: with `tokens_per_step` gives tokens/s.
     pub step_time: String,
     pub step_time_unit: TimeUnit,
-    /// Tokens in one optimizer step (batch × sequence length × accumulation).
+    /// Tokens in one optimizer step (batch × sequence length × accumulation): tokens/s is
+    /// it over `step_time`, or, without one, steps advanced per second of the log's clock.
     pub tokens_per_step: Option<f64>,
     /// A cumulative token counter (HF `num_input_tokens_seen`): its rate over the sample
     /// times gives tokens/s.

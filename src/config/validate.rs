@@ -129,9 +129,8 @@ pub(super) fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
     {
         bail!("{file}: [metrics] expected tokens_per_step > 0, got {t}");
     }
-    let per_step = raw.metrics.tokens_per_step.is_some();
-    if per_step == raw.metrics.step_time.is_empty() {
-        bail!("{file}: [metrics] step_time and tokens_per_step go together: tokens/s = tokens_per_step / step_time");
+    if raw.metrics.tokens_per_step.is_none() && !raw.metrics.step_time.is_empty() {
+        bail!("{file}: [metrics] step_time needs tokens_per_step: tokens/s = tokens_per_step / step_time");
     }
     if raw.run.format == LogFormat::Text {
         // Compile the patterns now, so `roger check` finds a bad one, not the first tick.

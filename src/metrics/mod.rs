@@ -232,7 +232,7 @@ pub fn read_all(path: &Path, format: LogFormat, metrics: &MetricsConfig) -> Resu
         }
     };
     let mtime = mtime_secs(path);
-    derive::Derive::new(metrics.clock).apply(&mut batch.records, mtime);
+    derive::Derive::new(metrics).apply(&mut batch.records, mtime);
     Ok(ReadOutcome {
         samples: to_samples(&batch.records, mtime),
         garbage: batch.garbage,

@@ -64,7 +64,7 @@ impl Tail {
                 .and_then(super::locate::resolve)
                 .unwrap_or_else(|| path.to_path_buf()),
             pattern,
-            derive: super::derive::Derive::new(metrics.clock),
+            derive: super::derive::Derive::new(metrics),
             metrics: metrics.clone(),
             parser: super::line_parser(format, metrics)?,
             open: None,
