@@ -67,6 +67,15 @@ fn new_schedule_keys_are_validated_with_file_line_and_column() {
         ("kind = \"cosine\"\npeak_lr = 1e-3\ntotal_steps = 100\ngroup_scale = [1.0, 0.1]\n", "roger.toml:7:1: [schedule] group_scale has 2 entries but [metrics] lr names 1 key(s)"),
         ("kind = \"cosine\"\npeak_lr = 1e-3\ntotal_steps = 100\nnum_cylces = 2\n", "roger.toml:7:1: unknown field `num_cylces`"),
         ("kind = \"cosine-restart\"\npeak_lr = 1e-3\n", "roger.toml:4:8: unknown variant `cosine-restart`"),
+        ("kind = \"polynomial\"\npeak_lr = 1e-3\ntotal_steps = 100\npower = -1.0\n", "roger.toml:7:1: [schedule] expected power > 0"),
+        ("kind = \"one-cycle\"\npeak_lr = 1e-3\ntotal_steps = 100\ndiv_factor = 0.5\n", "roger.toml:7:1: [schedule] expected div_factor >= 1"),
+        ("kind = \"one-cycle\"\npeak_lr = 1e-3\ntotal_steps = 100\nfinal_div_factor = -3.0\n", "roger.toml:7:1: [schedule] expected final_div_factor >= 1"),
+        ("kind = \"one-cycle\"\npeak_lr = 1e-3\ntotal_steps = 100\nanneal = \"cosine\"\n", "roger.toml:7:10: unknown variant `cosine`"),
+        ("kind = \"cosine-restarts\"\npeak_lr = 1e-3\ntotal_steps = 100\nnum_cycles = 0\n", "roger.toml:7:1: [schedule] expected num_cycles >= 1"),
+        ("kind = \"sgdr\"\npeak_lr = 1e-3\nt_0 = 10\nt_mult = 0\n", "roger.toml:7:1: [schedule] expected t_mult >= 1"),
+        ("kind = \"plateau\"\npeak_lr = 1e-3\nsteps_per_epoch = 10\n", "roger.toml:6:1: [schedule] steps_per_epoch is not used by this kind"),
+        ("kind = \"step\"\npeak_lr = 1e-3\nstep_size = 5\nmilestones = [3]\n", "roger.toml:7:1: [schedule] milestones applies to kind = multistep only"),
+        ("kind = \"cosine\"\npeak_lr = 1e-3\ntotal_steps = 100\nstep_slack = 20000\n", "roger.toml:7:1: [schedule] expected step_slack <= 10000"),
     ] {
         env.write("roger.toml", format!("{head}{body}"));
         let run = env.run(&["--config", "roger.toml", "check"]);
@@ -79,6 +88,14 @@ fn new_schedule_keys_are_validated_with_file_line_and_column() {
             "roger.toml:4:9: unknown variant `lunar`",
         ),
         ("lr = []\n", "roger.toml:4:6: expected at least one key"),
+        (
+            "step_time_unit = \"min\"\n",
+            "roger.toml:4:18: unknown variant `min`",
+        ),
+        (
+            "lr = [\"a\", \"b\", \"c\", \"d\", \"e\"]\n",
+            "roger.toml:4:1: [metrics] lr lists 5 keys: expected at most 4",
+        ),
         (
             "step_time = \"dt\"\n",
             "roger.toml:4:1: [metrics] step_time needs tokens_per_step",

@@ -203,12 +203,6 @@ pub(super) fn validate_schedule(
         bail!("{file}: [schedule] expected 0 < gamma <= 1, got {g}");
     }
     let keys = raw.metrics.lr.0.len();
-    if keys > crate::metrics::LR_GROUPS.len() {
-        bail!(
-            "{file}: [metrics] lr lists {keys} keys: expected at most {} parameter groups",
-            crate::metrics::LR_GROUPS.len()
-        );
-    }
     if let Some(scales) = &s.group_scale {
         if scales.len() != keys {
             bail!(

@@ -119,6 +119,13 @@ pub(super) fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
             bail!("{file}: [run] {e}");
         }
     }
+    let keys = raw.metrics.lr.0.len();
+    if keys > crate::metrics::LR_GROUPS.len() {
+        bail!(
+            "{file}: [metrics] lr lists {keys} keys: expected at most {} parameter groups",
+            crate::metrics::LR_GROUPS.len()
+        );
+    }
     if raw.metrics.lr.0.iter().any(|k| k.is_empty()) {
         bail!("{file}: [metrics] lr: expected non-empty keys");
     }

@@ -112,7 +112,10 @@ impl Tail {
                         })?;
                         self.derive = derive;
                     }
-                    poll.restarted = Some(format!("followed by a newer log {}", newer.display()));
+                    if self.open.is_some() || self.seen.is_some() {
+                        poll.restarted =
+                            Some(format!("followed by a newer log {}", newer.display()));
+                    }
                     self.path = newer;
                     self.open = None;
                     self.seen = None;
