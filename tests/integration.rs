@@ -13,6 +13,7 @@ mod powercut;
 mod probe;
 mod publish;
 mod quarantine;
+mod real_configs;
 mod watch;
 mod watch_lifecycle;
 mod watch_shapes;

@@ -41,13 +41,22 @@ fn print_human(cfg: &Config) {
     );
     outln!("ledger   {}", cfg.ledger_path().display());
     if let Some(s) = &cfg.schedule {
+        let warmup = match s.warmup_ratio {
+            Some(r) if s.total_steps.is_none() => format!("{r} of the log's total"),
+            _ => s.resolved(None).warmup_steps.to_string(),
+        };
+        let total = match s.total_steps {
+            Some(t) => t.to_string(),
+            None if config::needs_total(s.kind) || s.warmup_ratio.is_some() => {
+                "from the log".to_string()
+            }
+            None => "-".to_string(),
+        };
         outln!(
-            "schedule {} peak {} min {} warmup {} total {} (tolerance {}·peak, ±{} steps)",
+            "schedule {} peak {} min {} warmup {warmup} total {total} (tolerance {}·peak, ±{} steps)",
             config::kind_name(s.kind),
             s.peak_lr,
             s.min_lr,
-            s.warmup_steps,
-            opt(&s.total_steps),
             s.tolerance,
             s.step_slack
         );

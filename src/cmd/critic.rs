@@ -144,7 +144,8 @@ fn report_read(tick: &Tick, log: &std::path::Path) {
     for g in tick.garbage.iter().take(GARBAGE_SHOWN) {
         eprintln!("roger: warning: skipped {g}");
     }
-    let more = tick.garbage.len().saturating_sub(GARBAGE_SHOWN);
+    let shown = tick.garbage.len().min(GARBAGE_SHOWN) as u64;
+    let more = tick.garbage_total.saturating_sub(shown);
     if more > 0 {
         eprintln!("roger: warning: ... and {more} more unreadable line(s)");
     }

@@ -31,6 +31,8 @@ pub struct Tick {
     pub new_samples: usize,
     pub bytes_read: u64,
     pub garbage: Vec<Garbage>,
+    /// Unreadable lines in this read, all of them (`garbage` keeps the first few).
+    pub garbage_total: u64,
     pub missing: bool,
     pub restarted: Option<String>,
 }
@@ -82,6 +84,7 @@ impl<'a> Runner<'a> {
             new_samples,
             bytes_read: poll.bytes_read,
             garbage: poll.batch.garbage,
+            garbage_total: poll.batch.garbage_total,
             missing: poll.missing,
             restarted: poll.restarted,
         })

@@ -11,15 +11,31 @@ use serde::{Deserialize, Serialize};
 pub struct MetricsConfig {
     pub step: String,
     pub loss: String,
-    pub lr: String,
+    /// One key, or a list: one per parameter group, each judged (see `[schedule] group_scale`).
+    pub lr: KeyList,
     pub grad_norm: String,
     pub tokens_per_s: String,
     /// VRAM as logged by the training (unit in `vram_unit`).
     pub vram: String,
     pub vram_unit: VramUnit,
     pub eval_loss: String,
-    /// Wall-clock time of the sample (unix seconds or RFC 3339); absent → time it was read.
+    /// Wall-clock time of the sample (see `clock`); absent → time it was read.
     pub time: String,
+    /// How `time` counts: unix (seconds or RFC 3339), elapsed (seconds or H:MM:SS since the
+    /// start), elapsed-ms (milliseconds since the start).
+    pub clock: Clock,
+    /// The run's planned last step, when the trainer logs it (`max_steps` is also read from
+    /// trainer_state.json): stands in for `[schedule] total_steps`.
+    pub total_steps: String,
+    /// Seconds (or `step_time_unit`) one step took: with `tokens_per_step` gives tokens/s.
+    pub step_time: String,
+    pub step_time_unit: TimeUnit,
+    /// Tokens in one optimizer step (batch × sequence length × accumulation): tokens/s is
+    /// it over `step_time`, or, without one, steps advanced per second of the log's clock.
+    pub tokens_per_step: Option<f64>,
+    /// A cumulative token counter (HF `num_input_tokens_seen`): its rate over the sample
+    /// times gives tokens/s.
+    pub tokens: String,
     /// For `format = "text"`: regexes with named groups (`(?P<step>\d+)`), or unnamed groups
     /// mapped in order by `fields`.
     pub patterns: Vec<TextPattern>,
@@ -37,9 +53,23 @@ impl Default for MetricsConfig {
             vram_unit: VramUnit::GiB,
             eval_loss: "eval_loss".into(),
             time: "time".into(),
+            clock: Clock::Unix,
+            total_steps: String::new(),
+            step_time: String::new(),
+            step_time_unit: TimeUnit::S,
+            tokens_per_step: None,
+            tokens: String::new(),
             patterns: Vec::new(),
         }
     }
+}
+
+/// Unit of a logged duration.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeUnit {
+    S,
+    Ms,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -77,12 +107,89 @@ pub struct TextPattern {
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum ScheduleKind {
+    /// HF get_constant_schedule_with_warmup (also spelled `constant-with-warmup`).
+    #[serde(alias = "constant-with-warmup")]
     Constant,
     Cosine,
     Linear,
     /// Warmup-stable-decay: warmup, flat at peak, then a final decay over `decay_steps`.
     Wsd,
     InverseSqrt,
+    /// HF get_polynomial_decay_schedule_with_warmup: `power`, ending at `min_lr` (lr_end).
+    Polynomial,
+    /// PyTorch StepLR: × `gamma` every `step_size` steps.
+    Step,
+    /// PyTorch MultiStepLR: × `gamma` at each of `milestones`.
+    #[serde(rename = "multistep")]
+    MultiStep,
+    /// PyTorch OneCycleLR: `pct_start`, `div_factor`, `final_div_factor`, `anneal`.
+    OneCycle,
+    /// HF get_cosine_with_hard_restarts_schedule_with_warmup: `num_cycles` cosines.
+    CosineRestarts,
+    /// PyTorch CosineAnnealingWarmRestarts (SGDR): cycles of `t_0` steps, × `t_mult` each.
+    Sgdr,
+    /// PyTorch ReduceLROnPlateau: no curve; the lr never rises and drops only by `factor`.
+    Plateau,
+}
+
+/// OneCycleLR's annealing.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Anneal {
+    Cos,
+    Linear,
+}
+
+/// `[metrics] lr`: one key, or one per parameter group (`["lr-AdamW", "lr-Muon"]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct KeyList(pub Vec<String>);
+
+impl KeyList {
+    /// The first (or only) key.
+    pub fn first(&self) -> &str {
+        self.0.first().map_or("", String::as_str)
+    }
+}
+
+impl From<&str> for KeyList {
+    fn from(s: &str) -> KeyList {
+        KeyList(vec![s.to_string()])
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyList {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            One(String),
+            Many(Vec<String>),
+        }
+        match Raw::deserialize(d) {
+            Ok(Raw::One(s)) => Ok(KeyList(vec![s])),
+            Ok(Raw::Many(v)) if !v.is_empty() => Ok(KeyList(v)),
+            Ok(Raw::Many(_)) => Err(serde::de::Error::custom(
+                "expected at least one key in the list",
+            )),
+            Err(_) => Err(serde::de::Error::custom(
+                "expected a key (\"lr\") or a list of keys, one per parameter group ([\"lr-AdamW\", \"lr-Muon\"])",
+            )),
+        }
+    }
+}
+
+/// How `[metrics] time` counts.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Clock {
+    /// Unix seconds or RFC 3339.
+    #[default]
+    Unix,
+    /// Seconds since the run started, or `H:MM:SS` (`"0:29:27"`).
+    Elapsed,
+    /// Milliseconds since the run started (`train_time:123456ms`).
+    ElapsedMs,
 }
 
 /// The LR curve the run should follow. One curve for the run; thresholds stay per phase.
@@ -95,8 +202,56 @@ pub struct ScheduleConfig {
     pub min_lr: f64,
     #[serde(default)]
     pub warmup_steps: u64,
-    /// Step at which decay reaches `min_lr` (cosine, linear, wsd).
+    /// Warmup as a fraction of `total_steps` (HF: ceil(ratio × total)); instead of warmup_steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_ratio: Option<f64>,
+    /// Step at which decay reaches `min_lr` (cosine, linear, wsd). Absent: the log's own
+    /// total (`[metrics] total_steps`) when it has one.
     pub total_steps: Option<u64>,
+    /// The scheduler is stepped once per epoch of this many steps: the lr is a staircase,
+    /// held from each epoch's first step (Lightning's default `interval = "epoch"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_per_epoch: Option<u64>,
+    /// polynomial: the exponent (HF `power`, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<f64>,
+    /// step: decay every this many steps (StepLR `step_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_size: Option<u64>,
+    /// multistep: the steps where the lr drops (MultiStepLR `milestones`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub milestones: Option<Vec<u64>>,
+    /// step, multistep: the factor of each drop (default 0.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gamma: Option<f64>,
+    /// one-cycle: share of the steps spent rising (default 0.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pct_start: Option<f64>,
+    /// one-cycle: initial lr = peak_lr / div_factor (default 25).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub div_factor: Option<f64>,
+    /// one-cycle: final lr = initial lr / final_div_factor (default 1e4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_div_factor: Option<f64>,
+    /// one-cycle: cos (default) or linear.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anneal: Option<Anneal>,
+    /// cosine-restarts: number of hard restarts' cycles (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_cycles: Option<u64>,
+    /// sgdr: steps of the first cycle (T_0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_0: Option<u64>,
+    /// sgdr: each cycle is this many times longer than the one before (T_mult, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_mult: Option<u64>,
+    /// plateau: each drop multiplies the lr by this (ReduceLROnPlateau `factor`, default 0.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<f64>,
+    /// Per `[metrics] lr` key: that group's lr is this × the schedule (default 1 each),
+    /// e.g. `[1.0, 0.1]` for AdamW and Muon at a tenth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_scale: Option<Vec<f64>>,
     /// WSD: length of the final decay phase.
     pub decay_steps: Option<u64>,
     /// WSD: shape of its final decay.
@@ -117,6 +272,70 @@ pub enum DecayShape {
     Linear,
     /// 1 - sqrt(progress), as in the WSD / MiniCPM papers.
     Sqrt,
+}
+
+impl Default for ScheduleConfig {
+    /// A constant schedule at 0 with every optional key unset (for building one in code).
+    fn default() -> Self {
+        ScheduleConfig {
+            kind: ScheduleKind::Constant,
+            peak_lr: 0.0,
+            min_lr: 0.0,
+            warmup_steps: 0,
+            warmup_ratio: None,
+            total_steps: None,
+            steps_per_epoch: None,
+            decay_steps: None,
+            decay_shape: default_wsd_shape(),
+            power: None,
+            step_size: None,
+            milestones: None,
+            gamma: None,
+            pct_start: None,
+            div_factor: None,
+            final_div_factor: None,
+            anneal: None,
+            num_cycles: None,
+            t_0: None,
+            t_mult: None,
+            factor: None,
+            group_scale: None,
+            tolerance: default_tolerance(),
+            step_slack: default_step_slack(),
+        }
+    }
+}
+
+impl ScheduleConfig {
+    /// The schedule as judged: `total_steps` taken from the log when the config leaves it
+    /// out, and `warmup_ratio` turned into `warmup_steps` (HF: ceil(ratio × total)).
+    pub fn resolved(&self, log_total: Option<u64>) -> ScheduleConfig {
+        let mut s = self.clone();
+        s.total_steps = s.total_steps.or(log_total);
+        if let (Some(r), Some(t)) = (s.warmup_ratio, s.total_steps) {
+            if s.warmup_steps == 0 {
+                s.warmup_steps = (t as f64 * r).ceil() as u64;
+            }
+            s.warmup_ratio = None;
+        }
+        s
+    }
+
+    /// Group `g`'s schedule: peak and floor × its `group_scale` (tolerance follows the peak).
+    pub fn for_group(&self, g: usize) -> ScheduleConfig {
+        let k = self.scale(g);
+        let mut s = self.clone();
+        s.peak_lr *= k;
+        s.min_lr *= k;
+        s
+    }
+
+    pub fn scale(&self, g: usize) -> f64 {
+        self.group_scale
+            .as_ref()
+            .and_then(|v| v.get(g).copied())
+            .unwrap_or(1.0)
+    }
 }
 
 fn default_wsd_shape() -> DecayShape {

@@ -4,13 +4,15 @@
 pub mod critic;
 pub mod gpu;
 pub mod hygiene;
+mod schedule_rules;
 pub mod units;
 mod validate;
+pub use schedule_rules::needs_total;
 pub mod watch;
 
 pub use critic::{
-    CriticConfig, DecayShape, MetricsConfig, PhaseConfig, QuietConfig, ScheduleConfig,
-    ScheduleKind, TextPattern, VramUnit,
+    Anneal, Clock, CriticConfig, DecayShape, KeyList, MetricsConfig, PhaseConfig, QuietConfig,
+    ScheduleConfig, ScheduleKind, TextPattern, TimeUnit, VramUnit,
 };
 pub use gpu::{BenchConfig, GpuConfig};
 pub use hygiene::{DiskConfig, HygieneConfig, PublishConfig, QuarantineConfig};
@@ -245,6 +247,13 @@ pub fn kind_name(k: ScheduleKind) -> &'static str {
         ScheduleKind::Linear => "linear",
         ScheduleKind::Wsd => "wsd",
         ScheduleKind::InverseSqrt => "inverse-sqrt",
+        ScheduleKind::Polynomial => "polynomial",
+        ScheduleKind::Step => "step",
+        ScheduleKind::MultiStep => "multistep",
+        ScheduleKind::OneCycle => "one-cycle",
+        ScheduleKind::CosineRestarts => "cosine-restarts",
+        ScheduleKind::Sgdr => "sgdr",
+        ScheduleKind::Plateau => "plateau",
     }
 }
 
@@ -412,6 +421,57 @@ mod tests {
         let c = Config::load(&path).unwrap();
         assert!(!c.phases.is_empty());
         assert!(c.schedule.is_some());
+    }
+
+    /// Issue 18 item 7: every new key is documented (commented) in the example.
+    #[test]
+    fn example_documents_every_new_key() {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("roger.example.toml"),
+        )
+        .unwrap();
+        for key in [
+            "warmup_ratio",
+            "steps_per_epoch",
+            "power",
+            "step_size",
+            "milestones",
+            "gamma",
+            "pct_start",
+            "div_factor",
+            "final_div_factor",
+            "anneal",
+            "num_cycles",
+            "t_0",
+            "t_mult",
+            "factor",
+            "group_scale",
+            "clock",
+            "total_steps",
+            "step_time",
+            "step_time_unit",
+            "tokens_per_step",
+            "tokens",
+        ] {
+            assert!(
+                text.lines().any(|l| l
+                    .trim_start_matches(['#', ' '])
+                    .starts_with(&format!("{key} = "))),
+                "roger.example.toml does not document {key}"
+            );
+        }
+        for kind in [
+            "polynomial",
+            "multistep",
+            "one-cycle",
+            "cosine-restarts",
+            "sgdr",
+            "plateau",
+            "constant-with-warmup",
+        ] {
+            assert!(text.contains(kind), "kind {kind} undocumented");
+        }
+        assert!(text.contains("version_{version}"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Validation of a parsed roger.toml beyond its types: contiguous phases, sane thresholds and
 //! settings, with each error pointed at the file, line and column it is about.
 
-use super::{kind_name, LogFormat, PhaseConfig, RawConfig, ScheduleKind};
+use super::{LogFormat, PhaseConfig, RawConfig};
 use anyhow::{bail, Result};
 use std::path::Path;
 
@@ -107,36 +107,37 @@ pub(super) fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
                 s.tolerance
             );
         }
-        let needs_total = matches!(
-            s.kind,
-            ScheduleKind::Cosine | ScheduleKind::Linear | ScheduleKind::Wsd
-        );
-        match s.total_steps {
-            None if needs_total => bail!(
-                "{file}: [schedule] kind = \"{}\" needs total_steps",
-                kind_name(s.kind)
-            ),
-            Some(t) if t <= s.warmup_steps => bail!(
-                "{file}: [schedule] expected total_steps > warmup_steps, got {t} <= {}",
-                s.warmup_steps
-            ),
-            _ => {}
-        }
-        if s.kind == ScheduleKind::Wsd {
-            let total = s.total_steps.unwrap_or(0);
-            match s.decay_steps {
-                None => bail!("{file}: [schedule] kind = \"wsd\" needs decay_steps"),
-                Some(d) if d == 0 || s.warmup_steps + d > total => bail!(
-                    "{file}: [schedule] wsd: expected 0 < decay_steps <= total_steps - warmup_steps, got {d}"
-                ),
-                _ => {}
-            }
-        }
+        super::schedule_rules::validate_schedule(raw, s, &file)?;
     }
     for q in &raw.quiet {
         if q.every == 0 {
             bail!("{file}: [[quiet]] '{}': expected every > 0 steps", q.name);
         }
+    }
+    if let Some(log) = &raw.run.log {
+        if let Err(e) = crate::metrics::locate::check_pattern(log) {
+            bail!("{file}: [run] {e}");
+        }
+    }
+    let keys = raw.metrics.lr.0.len();
+    if keys > crate::metrics::LR_GROUPS.len() {
+        bail!(
+            "{file}: [metrics] lr lists {keys} keys: expected at most {} parameter groups",
+            crate::metrics::LR_GROUPS.len()
+        );
+    }
+    if raw.metrics.lr.0.iter().any(|k| k.is_empty()) {
+        bail!("{file}: [metrics] lr: expected non-empty keys");
+    }
+    if let Some(t) = raw
+        .metrics
+        .tokens_per_step
+        .filter(|t| !(t.is_finite() && *t > 0.0))
+    {
+        bail!("{file}: [metrics] expected tokens_per_step > 0, got {t}");
+    }
+    if raw.metrics.tokens_per_step.is_none() && !raw.metrics.step_time.is_empty() {
+        bail!("{file}: [metrics] step_time needs tokens_per_step: tokens/s = tokens_per_step / step_time");
     }
     if raw.run.format == LogFormat::Text {
         // Compile the patterns now, so `roger check` finds a bad one, not the first tick.

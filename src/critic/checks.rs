@@ -1,89 +1,13 @@
-//! The other checks: lr against the schedule, grad norm (ceiling, spike, persistent NaN),
+//! The other checks: lr against the schedule (in `lr.rs`), grad norm (ceiling, spike, persistent NaN),
 //! eval trend (overfitting), tokens/s floor and VRAM ceiling. Pure functions of an
 //! [`Observation`]; `None` means the check is not declared (no schedule, no threshold).
 
 use super::stats::{ls_slope, median};
 use super::{fmt, num, CheckResult, Observation, Status};
-use crate::config::kind_name;
-use crate::metrics::{GRAD_NORM, LR, TOKENS_PER_S, VRAM_GIB};
-use crate::schedule;
+use crate::metrics::{GRAD_NORM, TOKENS_PER_S, VRAM_GIB};
 use serde_json::json;
 
-/// Every logged lr in the window against the schedule: within `tolerance`·peak of the value
-/// the schedule gives at some step within ±`step_slack`.
-pub fn lr(obs: &Observation) -> Option<CheckResult> {
-    let s = obs.schedule.as_ref()?;
-    let series = obs.series(LR);
-    if series.is_empty() {
-        return Some(CheckResult::new(
-            "lr",
-            Status::Unknown,
-            "no lr in the window: is [metrics] lr the right key?",
-        ));
-    }
-    let allowed = s.tolerance * s.peak_lr;
-    let mut worst: Option<(u64, f64, f64, (f64, f64))> = None;
-    for &(step, lr) in &series {
-        let (dev, range) = schedule::deviation(s, step, lr);
-        if worst.is_none_or(|w| dev > w.2) {
-            worst = Some((step, lr, dev, range));
-        }
-    }
-    let (step, lr, dev, (lo, hi)) = worst.expect("non-empty");
-    let kind = kind_name(s.kind);
-    let observed =
-        json!({"step": step, "lr": num(lr), "deviation": num(dev), "samples": series.len()});
-    let expected = json!({"lo": lo, "hi": hi, "tolerance": allowed, "step_slack": s.step_slack});
-    if dev <= allowed {
-        let how = if dev == 0.0 {
-            format!("all within ±{} steps of it", s.step_slack)
-        } else {
-            format!(
-                "worst off by {} at step {step}, allowed {}",
-                fmt(dev),
-                fmt(allowed)
-            )
-        };
-        return Some(
-            CheckResult::new(
-                "lr",
-                Status::Pass,
-                format!(
-                    "lr follows the {kind} schedule over {} samples ({how})",
-                    series.len()
-                ),
-            )
-            .observed(observed)
-            .expected(expected),
-        );
-    }
-    let lrs: Vec<f64> = series.iter().map(|p| p.1).collect();
-    let hint = if lrs.len() >= 3 && lrs.windows(2).all(|w| w[0] == w[1]) && lo != hi {
-        format!(": lr is frozen at {}, is the scheduler stepping?", fmt(lr))
-    } else if lr < lo && lrs.len() >= 2 && lrs.windows(2).all(|w| w[1] > w[0]) {
-        ": lr is climbing like a warmup, did a resume restart the schedule?".to_string()
-    } else if lr < lo {
-        ": below the schedule".to_string()
-    } else {
-        ": above the schedule".to_string()
-    };
-    Some(
-        CheckResult::new(
-            "lr",
-            Status::Fail,
-            format!(
-                "lr {} at step {step} is off the {kind} schedule (expected {}..{} within ±{} steps, ± {}){hint}",
-                fmt(lr),
-                fmt(lo),
-                fmt(hi),
-                s.step_slack,
-                fmt(allowed)
-            ),
-        )
-        .observed(observed)
-        .expected(expected),
-    )
-}
+pub use super::lr::lr;
 
 /// Grad norm: ceiling on the recent median, spike of the newest over the window median, and
 /// NaN/Inf only when it persists (fp16 loss scaling skips steps with an inf grad norm).
@@ -363,9 +287,9 @@ pub(crate) mod tests {
                 total_steps: Some(1100),
                 decay_steps: None,
                 decay_shape: DecayShape::Linear,
-                tolerance: 0.02,
-                step_slack: 2,
+                ..Default::default()
             }),
+            total_steps: None,
             quiet: vec![],
             settings: Settings {
                 grad_nonfinite_consecutive: 3,
@@ -400,33 +324,6 @@ pub(crate) mod tests {
                 .map(|(i, v)| (100 + 10 * i as u64, vec![(metric, *v)]))
                 .collect(),
         )
-    }
-
-    #[test]
-    fn lr_on_schedule_passes_restart_from_warmup_fails() {
-        let s = obs_with(vec![]).schedule.unwrap();
-        let on: Vec<(u64, Vec<(&str, f64)>)> = (500..510)
-            .map(|st| (st, vec![("lr", schedule::expected(&s, st - 2))]))
-            .collect();
-        assert_eq!(lr(&obs_with(on)).unwrap().status, Status::Pass);
-        // Resumed at 600 but the scheduler restarted: lr climbs from 0 again.
-        let restarted: Vec<(u64, Vec<(&str, f64)>)> = (0..5)
-            .map(|i| (600 + i, vec![("lr", 1e-5 * (i + 1) as f64)]))
-            .collect();
-        let r = lr(&obs_with(restarted)).unwrap();
-        assert_eq!(r.status, Status::Fail);
-        assert!(r.reason.contains("restart the schedule"), "{}", r.reason);
-        let frozen: Vec<(u64, Vec<(&str, f64)>)> = (0..5)
-            .map(|i| (300 + 100 * i, vec![("lr", 1e-3)]))
-            .collect();
-        let r = lr(&obs_with(frozen)).unwrap();
-        assert!(r.reason.contains("frozen"), "{}", r.reason);
-        assert_eq!(
-            lr(&obs_with(vec![(5, vec![("loss", 3.0)])]))
-                .unwrap()
-                .status,
-            Status::Unknown
-        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 pub mod checks;
 pub mod loss;
+pub mod lr;
 pub mod observe;
 pub mod onset;
 pub mod replay;
@@ -228,7 +229,13 @@ pub struct Observation {
     /// The newest step of the run's current timeline.
     pub step: Option<u64>,
     pub phase: Option<Thresholds>,
+    /// As judged: `total_steps` from the log when the config leaves it out, `warmup_ratio`
+    /// turned into steps.
     pub schedule: Option<ScheduleConfig>,
+    /// The run's planned last step, from `[schedule]` or the log (absent in observations
+    /// archived before it existed).
+    #[serde(default)]
+    pub total_steps: Option<u64>,
     pub quiet: Vec<Quiet>,
     pub settings: Settings,
     /// The phase's last `window` samples (train metrics), oldest first.

@@ -7,7 +7,7 @@ use super::onset::{PhaseRule, Rules, Tracker};
 use super::{EvalPoint, GpuVram, Num, ObsSample, Observation, Quiet, Settings, Thresholds};
 use crate::config::Config;
 use crate::gpu::GpuReader;
-use crate::metrics::{Record, EVAL_LOSS, LOSS, METRICS};
+use crate::metrics::{Record, EVAL_LOSS, LOSS, LR_GROUPS, METRICS, SLOTS};
 use std::collections::VecDeque;
 
 const EVALS_KEPT: usize = 64;
@@ -23,6 +23,8 @@ pub struct History {
     last_step: Option<u64>,
     advanced_at: Option<f64>,
     last_sample_at: Option<f64>,
+    /// The run's planned last step, as the log last said it.
+    total_steps: Option<u64>,
     /// Where the loss's current bad runs began, over every sample (not only those kept).
     onsets: Tracker,
     pub samples_total: u64,
@@ -84,6 +86,9 @@ impl History {
                 self.advanced_at = s.time;
             }
         }
+        if let Some(t) = s.total_steps() {
+            self.total_steps = Some(t);
+        }
         if let Some(t) = s.time {
             self.last_sample_at = Some(self.last_sample_at.map_or(t, |l| l.max(t)));
         }
@@ -106,12 +111,10 @@ impl History {
                 self.evals.remove(0);
             }
         }
-        let eval_slot = METRICS.iter().position(|m| *m == EVAL_LOSS);
-        let train_metrics = s
-            .values
+        let train_metrics = SLOTS
             .iter()
-            .enumerate()
-            .any(|(i, v)| v.is_some() && Some(i) != eval_slot);
+            .zip(s.values)
+            .any(|(m, v)| v.is_some() && is_judged(m));
         if train_metrics {
             self.samples.push_back(s);
             if self.samples.len() > self.cap {
@@ -175,7 +178,12 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
         config_hash: cfg.hash.clone(),
         step: h.last_step,
         phase: phase.map(Thresholds::from),
-        schedule: cfg.schedule.clone(),
+        schedule: cfg.schedule.as_ref().map(|s| s.resolved(h.total_steps)),
+        total_steps: cfg
+            .schedule
+            .as_ref()
+            .and_then(|s| s.total_steps)
+            .or(h.total_steps),
         quiet: cfg.quiet.iter().map(Quiet::from).collect(),
         settings: settings(cfg),
         window,
@@ -192,13 +200,18 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
 fn obs_sample(s: &Record) -> ObsSample {
     ObsSample {
         step: s.step,
-        values: METRICS
+        values: SLOTS
             .iter()
             .zip(s.values)
-            .filter(|(m, _)| **m != EVAL_LOSS)
+            .filter(|(m, _)| is_judged(m))
             .filter_map(|(m, v)| v.map(|v| (m.to_string(), Num(v))))
             .collect(),
     }
+}
+
+/// A train metric the window's checks judge (not the eval loss, nor what only feeds others).
+fn is_judged(metric: &str) -> bool {
+    metric != EVAL_LOSS && (METRICS.contains(&metric) || LR_GROUPS.contains(&metric))
 }
 
 /// Whether the VRAM check will want a GPU reading: a ceiling is declared and the window

@@ -40,7 +40,10 @@ pub const CLOCK_SKEW_S: f64 = 300.0;
 pub fn stale(obs: &Observation) -> Option<CheckResult> {
     let limit = obs.phase.as_ref()?.stale_s?;
     let step = obs.step?;
-    if let Some(total) = obs.schedule.as_ref().and_then(|s| s.total_steps) {
+    let total = obs
+        .total_steps
+        .or_else(|| obs.schedule.as_ref().and_then(|s| s.total_steps));
+    if let Some(total) = total {
         if step >= total {
             return Some(
                 CheckResult::new(

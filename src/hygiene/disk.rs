@@ -250,7 +250,13 @@ pub fn targets(cfg: &Config, host: Option<PathBuf>) -> Vec<Target> {
         }
     };
     push("checkpoints", cfg.run.checkpoint_dir.clone(), true);
-    push("log", cfg.run.log.clone(), false);
+    // A `{version}` / glob log: the file it means now.
+    let log = cfg
+        .run
+        .log
+        .clone()
+        .map(|l| crate::metrics::locate::resolve(&l).unwrap_or(l));
+    push("log", log, false);
     push("ledger", Some(cfg.ledger_path()), false);
     push("quarantine", Some(cfg.quarantine_dir()), false);
     // A WSL2 VHDX grows on the host drive as the VM writes: checkpoints fill it too.

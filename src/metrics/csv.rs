@@ -2,7 +2,7 @@
 //! empty cells where a row does not carry that metric (train and val rows interleave).
 //! Quoted cells (`"a,b"`, `""` for a quote) are understood.
 
-use super::{parse_num, parse_time, Fields, Keys, LineParser, Parsed, Target};
+use super::{Fields, Keys, LineParser, Parsed, Target};
 use crate::config::MetricsConfig;
 
 #[derive(Clone)]
@@ -105,11 +105,7 @@ impl LineParser for CsvParser {
                 continue;
             }
             for &t in targets {
-                let v = match t {
-                    Target::Time => parse_time(cell),
-                    _ => parse_num(cell),
-                };
-                match v {
+                match self.keys.value(t, cell) {
                     Some(v) => fields.set(t, v),
                     None if fields.bad.is_none() => {
                         fields.bad = Some(format!(

@@ -2,7 +2,7 @@
 //! rewritten at every save, so it is read as a snapshot (never tailed). Python's `NaN` /
 //! `Infinity` tokens are accepted. Entries carry no time; the file's mtime stands in.
 
-use super::{parse_num, Batch, Fields, Garbage, Keys, Parsed, Target};
+use super::{Batch, Fields, Garbage, Keys, Parsed, Target};
 use crate::config::MetricsConfig;
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -41,7 +41,13 @@ pub fn parse(bytes: &[u8], path: &Path, m: &MetricsConfig) -> Batch {
     };
     let keys = Keys::new(m);
     // HF names the LR `learning_rate`; honour it unless the user mapped lr elsewhere.
-    let hf_lr = m.lr == "lr";
+    let hf_lr = m.lr.0 == ["lr"];
+    // HF writes the planned length of the run beside the history.
+    let max_steps = doc
+        .get("max_steps")
+        .and_then(Value::as_u64)
+        .filter(|t| *t > 0)
+        .map(|t| t as f64);
     for (i, entry) in history.iter().enumerate() {
         let Some(obj) = entry.as_object() else {
             out.push_garbage(garbage(1, format!("log_history[{i}] is not an object")));
@@ -55,9 +61,11 @@ pub fn parse(bytes: &[u8], path: &Path, m: &MetricsConfig) -> Batch {
             }
             for t in targets {
                 let num = match v {
+                    Value::Number(n) if t == Target::Time => {
+                        keys.value(t, n.to_string().as_bytes())
+                    }
                     Value::Number(n) => n.as_f64(),
-                    Value::String(s) if t == Target::Time => super::parse_time(s.as_bytes()),
-                    Value::String(s) => parse_num(s.as_bytes()),
+                    Value::String(s) => keys.value(t, s.as_bytes()),
                     Value::Null => continue,
                     _ => None,
                 };
@@ -70,10 +78,21 @@ pub fn parse(bytes: &[u8], path: &Path, m: &MetricsConfig) -> Batch {
                 }
             }
         }
+        let slot = super::slot(super::TOTAL_STEPS).expect("a slot");
+        let with_total = |mut r: super::Record| {
+            r.values[slot] = r.values[slot].or(max_steps);
+            r
+        };
         match fields.finish(&keys, &m.step) {
             // Summary entries (train_runtime, total_flos) carry none of the mapped metrics.
             Parsed::Sample(s) if s.is_empty() => {}
-            Parsed::Sample(s) => out.records.push(s),
+            Parsed::Sample(s) => out.records.push(with_total(s)),
+            Parsed::Partial(s, why) => {
+                out.push_garbage(garbage(1, format!("log_history[{i}]: {why}")));
+                if !s.is_empty() {
+                    out.records.push(with_total(s));
+                }
+            }
             Parsed::Skip => {}
             Parsed::Garbage(why) => {
                 out.push_garbage(garbage(1, format!("log_history[{i}]: {why}")))
@@ -150,6 +169,30 @@ mod tests {
         assert_eq!(out.garbage_total, 1);
         assert!(
             out.garbage[0].why.contains("log_history[4]"),
+            "{:?}",
+            out.garbage
+        );
+    }
+
+    /// Issue 18 items 6 and 7: `max_steps` is the run's total; stepless entries are quiet.
+    #[test]
+    fn max_steps_rides_on_every_sample_and_stepless_entries_are_skipped() {
+        let doc = br#"{"max_steps": 900, "log_history": [
+            {"learning_rate": 5e-7, "loss": 0.30, "step": 25},
+            {"predict_loss": 0.4, "predict_runtime": 2.0},
+            {"loss": "oops", "grad_norm": 1.5, "step": 50}
+        ]}"#;
+        let out = parse(doc, Path::new("ts.json"), &MetricsConfig::default());
+        assert_eq!(out.records.len(), 2);
+        assert!(out.records.iter().all(|r| r.total_steps() == Some(900)));
+        assert_eq!(
+            out.records[1].get("grad_norm"),
+            Some(1.5),
+            "the bad loss costs only itself"
+        );
+        assert_eq!(out.garbage_total, 1, "{:?}", out.garbage);
+        assert!(
+            out.garbage[0].why.contains("log_history[2]"),
             "{:?}",
             out.garbage
         );

@@ -3,7 +3,7 @@
 //! objects are entered only when a mapped key lies under them. Accepts what Python's json
 //! writes (`NaN`, `Infinity`) and numbers logged as strings.
 
-use super::{parse_num, parse_time, Fields, Keys, LineParser, Parsed, Target};
+use super::{Fields, Keys, LineParser, Parsed, Target};
 use crate::config::MetricsConfig;
 
 #[derive(Clone)]
@@ -201,11 +201,7 @@ impl Scanner<'_> {
         if raw == b"null" {
             return true;
         }
-        let v = match t {
-            Target::Time => parse_time(raw),
-            _ => parse_num(raw),
-        };
-        match v {
+        match self.keys.value(t, raw) {
             Some(v) => {
                 self.fields.set(t, v);
                 true
@@ -365,7 +361,6 @@ mod tests {
             ("not json", "expected a JSON object"),
             (r#"{"step": 1, "loss": 2"#, "truncated JSON"),
             (r#"{"loss": 2}"#, "no step"),
-            (r#"{"step": 1, "loss": "high"}"#, "`loss` is"),
             (r#"{"step": -3}"#, "not a non-negative integer"),
             (r#"{"step": 1} trailing"#, "unexpected text"),
         ] {
@@ -375,6 +370,38 @@ mod tests {
             }
         }
         assert_eq!(parse(&m, "   "), Parsed::Skip);
+    }
+
+    /// Issue 18 item 6: one bad field no longer costs the line its other fields.
+    #[test]
+    fn one_unreadable_field_keeps_the_rest_of_the_line() {
+        let m = MetricsConfig::default();
+        match parse(
+            &m,
+            r#"{"step": 7, "loss": "high", "lr": 3e-4, "grad_norm": 0.5}"#,
+        ) {
+            Parsed::Partial(s, why) => {
+                assert_eq!(
+                    (s.step, s.get("lr"), s.get("grad_norm"), s.get("loss")),
+                    (7, Some(3e-4), Some(0.5), None)
+                );
+                assert!(
+                    why.contains("`loss` is") && why.contains("other fields are used"),
+                    "{why}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Without a readable step there is no sample to keep.
+        assert!(matches!(
+            parse(&m, r#"{"step": "x", "loss": 2}"#),
+            Parsed::Garbage(_)
+        ));
+        // A summary line with no step and no mapped metric is skipped quietly.
+        assert_eq!(
+            parse(&m, r#"{"predict_loss": 0.3, "predict_runtime": 5.1}"#),
+            Parsed::Skip
+        );
     }
 
     #[test]

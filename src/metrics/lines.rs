@@ -120,6 +120,14 @@ pub fn one_line(
 ) {
     match parser.parse(line) {
         Parsed::Sample(s) => out.records.push(s),
+        Parsed::Partial(s, why) => {
+            out.records.push(s);
+            out.push_garbage(Garbage {
+                file: path.to_path_buf(),
+                line: line_no,
+                why,
+            })
+        }
         Parsed::Skip => {}
         Parsed::Garbage(why) => out.push_garbage(Garbage {
             file: path.to_path_buf(),

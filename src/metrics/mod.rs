@@ -3,9 +3,12 @@
 //! incremental reader (offset, rotation, truncation) is [`tail`]. No judging here.
 
 pub mod csv;
+pub mod derive;
+mod fields;
 pub mod hf_state;
 pub mod jsonl;
 pub mod lines;
+pub mod locate;
 pub mod num;
 pub mod tail;
 pub mod text;
@@ -16,6 +19,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub use fields::{Fields, Keys, Target};
 pub use num::{clean_line, parse_num, parse_time};
 
 /// Canonical metric names, the keys of [`Sample::values`].
@@ -26,6 +30,33 @@ pub const TOKENS_PER_S: &str = "tokens_per_s";
 pub const VRAM_GIB: &str = "vram_gib";
 pub const EVAL_LOSS: &str = "eval_loss";
 pub const METRICS: [&str; 6] = [LOSS, LR, GRAD_NORM, TOKENS_PER_S, VRAM_GIB, EVAL_LOSS];
+/// The lr of parameter groups 2.. (`[metrics] lr` lists one key per group; group 1 is `lr`).
+pub const LR_GROUPS: [&str; 4] = [LR, "lr#2", "lr#3", "lr#4"];
+/// The run's planned last step, as the trainer logs it.
+pub const TOTAL_STEPS: &str = "total_steps";
+/// A cumulative token counter (turned into tokens/s by [`derive`]).
+pub const TOKENS: &str = "tokens";
+/// Every slot of a [`Record`]: the judged [`METRICS`] first, then what feeds them.
+pub const SLOTS: [&str; 11] = [
+    LOSS,
+    LR,
+    GRAD_NORM,
+    TOKENS_PER_S,
+    VRAM_GIB,
+    EVAL_LOSS,
+    LR_GROUPS[1],
+    LR_GROUPS[2],
+    LR_GROUPS[3],
+    TOTAL_STEPS,
+    TOKENS,
+];
+/// Index in [`SLOTS`].
+pub fn slot(name: &str) -> Option<usize> {
+    SLOTS.iter().position(|m| *m == name)
+}
+pub(crate) const TOTAL_SLOT: usize = 9;
+pub(crate) const TOKENS_SLOT: usize = 10;
+pub(crate) const TPS_SLOT: usize = 3;
 
 /// Garbage lines kept with their reason; beyond this only the count grows.
 pub const GARBAGE_KEPT: usize = 100;
@@ -52,16 +83,20 @@ impl Sample {
 pub struct Record {
     pub step: u64,
     pub time: Option<f64>,
-    /// Indexed like [`METRICS`].
-    pub values: [Option<f64>; 6],
+    /// Indexed like [`SLOTS`].
+    pub values: [Option<f64>; 11],
 }
 
 impl Record {
     pub fn get(&self, metric: &str) -> Option<f64> {
-        METRICS
-            .iter()
-            .position(|m| *m == metric)
-            .and_then(|i| self.values[i])
+        slot(metric).and_then(|i| self.values[i])
+    }
+
+    /// The planned last step, when this line says it.
+    pub fn total_steps(&self) -> Option<u64> {
+        self.values[TOTAL_SLOT]
+            .and_then(fields::as_step)
+            .filter(|t| *t > 0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -72,7 +107,7 @@ impl Record {
         Sample {
             step: self.step,
             time: self.time,
-            values: METRICS
+            values: SLOTS
                 .iter()
                 .zip(self.values)
                 .filter_map(|(m, v)| v.map(|v| (m.to_string(), v)))
@@ -83,8 +118,8 @@ impl Record {
 
 impl From<&Sample> for Record {
     fn from(s: &Sample) -> Record {
-        let mut values = [None; 6];
-        for (i, m) in METRICS.iter().enumerate() {
+        let mut values = [None; 11];
+        for (i, m) in SLOTS.iter().enumerate() {
             values[i] = s.get(m);
         }
         Record {
@@ -149,6 +184,9 @@ impl Batch {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parsed {
     Sample(Record),
+    /// A sample with one mapped field that could not be read: the rest is used, the field
+    /// is reported.
+    Partial(Record, String),
     /// Nothing to read (blank, a header, a text line no pattern matches).
     Skip,
     Garbage(String),
@@ -164,148 +202,6 @@ pub trait LineParser: Send {
     fn fork(&self) -> Option<Box<dyn LineParser>>;
 }
 
-/// What a log field feeds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    Step,
-    Time,
-    /// Index into [`METRICS`].
-    Metric(usize),
-}
-
-/// `[metrics]` as (target, key) pairs. Keys compare with `.` and `/` as the same separator,
-/// so `train/loss` finds `{"train": {"loss": ..}}` and a flat `"train/loss"` key alike.
-#[derive(Debug, Clone)]
-pub struct Keys {
-    pub wanted: Vec<(Target, Vec<u8>)>,
-    /// Per `wanted` entry: whether its key has a `.` or `/` (then a separator-blind match).
-    has_sep: Vec<bool>,
-    pub vram_unit: crate::config::VramUnit,
-}
-
-impl Keys {
-    pub fn new(m: &MetricsConfig) -> Keys {
-        let mut wanted = vec![
-            (Target::Step, m.step.clone()),
-            (Target::Time, m.time.clone()),
-        ];
-        let metric_keys = [
-            &m.loss,
-            &m.lr,
-            &m.grad_norm,
-            &m.tokens_per_s,
-            &m.vram,
-            &m.eval_loss,
-        ];
-        for (i, k) in metric_keys.into_iter().enumerate() {
-            wanted.push((Target::Metric(i), k.clone()));
-        }
-        let wanted: Vec<(Target, Vec<u8>)> = wanted
-            .into_iter()
-            .filter(|(_, k)| !k.is_empty())
-            .map(|(t, k)| (t, k.into_bytes()))
-            .collect();
-        let has_sep = wanted
-            .iter()
-            .map(|(_, k)| k.iter().any(|&c| c == b'.' || c == b'/'))
-            .collect();
-        Keys {
-            wanted,
-            has_sep,
-            vram_unit: m.vram_unit,
-        }
-    }
-
-    /// Targets fed by a key (usually zero or one).
-    pub fn lookup<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = Target> + 'a {
-        self.wanted
-            .iter()
-            .filter(move |(_, k)| same_key(k, key))
-            .map(|(t, _)| *t)
-    }
-
-    /// [`Keys::lookup`] for the JSONL hot loop: a bit per entry of `wanted` that matches.
-    /// Keys without a separator can only match exactly, which is one short memcmp.
-    #[inline]
-    pub fn lookup_mask(&self, key: &[u8]) -> u32 {
-        let mut mask = 0;
-        for (i, (_, k)) in self.wanted.iter().enumerate() {
-            if k.len() == key.len()
-                && (k.first() == key.first() || self.has_sep[i])
-                && (k.as_slice() == key || (self.has_sep[i] && same_key(k, key)))
-            {
-                mask |= 1 << i;
-            }
-        }
-        mask
-    }
-
-    /// Whether some wanted key lies under `prefix/` (worth descending into a nested object).
-    pub fn under(&self, prefix: &[u8]) -> bool {
-        self.wanted.iter().any(|(_, k)| {
-            k.len() > prefix.len() && same_key(&k[..prefix.len()], prefix) && {
-                let c = k[prefix.len()];
-                c == b'/' || c == b'.'
-            }
-        })
-    }
-}
-
-fn same_key(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(&x, &y)| x == y || (matches!(x, b'.' | b'/') && matches!(y, b'.' | b'/')))
-}
-
-/// Collects a line's fields into a sample.
-#[derive(Debug, Default)]
-pub struct Fields {
-    pub step: Option<f64>,
-    pub time: Option<f64>,
-    pub values: [Option<f64>; 6],
-    /// Why a wanted field could not be read (first problem only).
-    pub bad: Option<String>,
-}
-
-impl Fields {
-    pub fn set(&mut self, target: Target, v: f64) {
-        match target {
-            Target::Step => self.step = Some(v),
-            Target::Time => self.time = Some(v),
-            Target::Metric(i) => self.values[i] = Some(v),
-        }
-    }
-
-    /// Sample, Skip (no step and nothing else either) or Garbage.
-    pub fn finish(self, keys: &Keys, step_key: &str) -> Parsed {
-        if let Some(why) = self.bad {
-            return Parsed::Garbage(why);
-        }
-        let Some(step) = self.step else {
-            return Parsed::Garbage(format!("no step: expected a `{step_key}` field"));
-        };
-        let Some(step) = as_step(step) else {
-            return Parsed::Garbage(format!(
-                "step {step} is not a non-negative integer (`{step_key}`)"
-            ));
-        };
-        let mut values = self.values;
-        if let Some(v) = values[4].as_mut() {
-            *v = keys.vram_unit.to_gib(*v); // METRICS[4] is VRAM_GIB
-        }
-        Parsed::Sample(Record {
-            step,
-            time: self.time,
-            values,
-        })
-    }
-}
-
-fn as_step(v: f64) -> Option<u64> {
-    (v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 1.8e19).then_some(v as u64)
-}
-
 /// The parser for a line-based format (`None` for whole-document formats).
 pub fn line_parser(format: LogFormat, m: &MetricsConfig) -> Result<Option<Box<dyn LineParser>>> {
     Ok(match format {
@@ -316,10 +212,15 @@ pub fn line_parser(format: LogFormat, m: &MetricsConfig) -> Result<Option<Box<dy
     })
 }
 
-/// Read a whole log. Samples without a time of their own get the file's mtime (the last
-/// moment the log was written).
+/// Read a whole log (a `[run] log` pattern reads its newest match). Samples without a time
+/// of their own get the file's mtime (the last moment the log was written).
 pub fn read_all(path: &Path, format: LogFormat, metrics: &MetricsConfig) -> Result<ReadOutcome> {
-    let batch = match line_parser(format, metrics)? {
+    let resolved = locate::resolve(path);
+    let path = match &resolved {
+        Some(p) => p.as_path(),
+        None => anyhow::bail!("no log matches {} (yet)", path.display()),
+    };
+    let mut batch = match line_parser(format, metrics)? {
         None => hf_state::read(path, metrics)?,
         Some(mut parser) => {
             let file = std::fs::File::open(path)
@@ -331,6 +232,7 @@ pub fn read_all(path: &Path, format: LogFormat, metrics: &MetricsConfig) -> Resu
         }
     };
     let mtime = mtime_secs(path);
+    derive::Derive::new(metrics).apply(&mut batch.records, mtime);
     Ok(ReadOutcome {
         samples: to_samples(&batch.records, mtime),
         garbage: batch.garbage,
@@ -385,7 +287,19 @@ mod tests {
             .map(|i| Record {
                 step: i,
                 time: (i % 2 == 0).then_some(1.0),
-                values: [Some(i as f64), None, None, None, None, None],
+                values: [
+                    Some(i as f64),
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                ],
             })
             .collect();
         let samples = to_samples(&recs, Some(9.0));

@@ -116,6 +116,46 @@ pub fn parse_time(b: &[u8]) -> Option<f64> {
     Some(t.timestamp() as f64 + f64::from(t.timestamp_subsec_nanos()) / 1e9)
 }
 
+/// Time since the run started: seconds (`1767.5`), or a clock `H:MM:SS(.f)` / `M:SS`, with
+/// Python's `N day(s), ` prefix for long runs (`"1 day, 0:29:27"`).
+pub fn parse_elapsed(b: &[u8]) -> Option<f64> {
+    if let Some(v) = parse_num(b) {
+        return (v.is_finite() && v >= 0.0).then_some(v);
+    }
+    let s = std::str::from_utf8(b.trim_ascii())
+        .ok()?
+        .trim_matches('"')
+        .trim();
+    let (days, clock) = match s.split_once(',') {
+        Some((d, rest)) => {
+            let n = d
+                .trim()
+                .strip_suffix("days")
+                .or_else(|| d.trim().strip_suffix("day"))?;
+            (n.trim().parse::<u64>().ok()? as f64, rest.trim())
+        }
+        None => (0.0, s),
+    };
+    let parts: Vec<&str> = clock.split(':').collect();
+    if !(2..=3).contains(&parts.len()) {
+        return None;
+    }
+    let mut secs = 0.0;
+    for (i, p) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        let ok = !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit() || (last && c == b'.'));
+        if !ok {
+            return None;
+        }
+        let v: f64 = p.parse().ok()?;
+        if i > 0 && v >= 60.0 {
+            return None;
+        }
+        secs = secs * 60.0 + v;
+    }
+    Some(days * 86400.0 + secs)
+}
+
 /// Drop ANSI escape sequences (colour codes) and keep only what follows the last `\r` (a
 /// progress bar redrawn in place leaves its fragments before it).
 pub fn clean_line(line: &[u8]) -> std::borrow::Cow<'_, [u8]> {
@@ -203,6 +243,28 @@ mod tests {
         assert_eq!(parse_time(b"-1e300"), None);
         assert_eq!(parse_time(b"1e18"), None);
         assert_eq!(parse_time(b"NaN"), None);
+    }
+
+    #[test]
+    fn elapsed_clocks() {
+        assert_eq!(parse_elapsed(b"\"0:29:27\""), Some(1767.0));
+        assert_eq!(parse_elapsed(b"29:27.5"), Some(1767.5));
+        assert_eq!(parse_elapsed(b"1 day, 0:00:10"), Some(86410.0));
+        assert_eq!(
+            parse_elapsed(b"2 days, 1:00:00"),
+            Some(2.0 * 86400.0 + 3600.0)
+        );
+        assert_eq!(parse_elapsed(b"12.5"), Some(12.5));
+        for bad in [
+            &b"0:61:00"[..],
+            b"1:2:3:4",
+            b"abc",
+            b"-5",
+            b"1::2",
+            b"x day, 0:00:01",
+        ] {
+            assert_eq!(parse_elapsed(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

@@ -44,6 +44,10 @@ struct Open {
 
 pub struct Tail {
     path: PathBuf,
+    /// `[run] log` as written when it is a pattern (`version_{version}`): re-resolved at
+    /// each poll, and a newer match is read from its start.
+    pattern: Option<PathBuf>,
+    derive: super::derive::Derive,
     metrics: MetricsConfig,
     parser: Option<Box<dyn LineParser>>,
     open: Option<Open>,
@@ -53,8 +57,14 @@ pub struct Tail {
 
 impl Tail {
     pub fn new(path: &Path, format: LogFormat, metrics: &MetricsConfig) -> Result<Tail> {
+        let pattern = super::locate::is_pattern(path).then(|| path.to_path_buf());
         Ok(Tail {
-            path: path.to_path_buf(),
+            path: pattern
+                .as_deref()
+                .and_then(super::locate::resolve)
+                .unwrap_or_else(|| path.to_path_buf()),
+            pattern,
+            derive: super::derive::Derive::new(metrics),
             metrics: metrics.clone(),
             parser: super::line_parser(format, metrics)?,
             open: None,
@@ -83,6 +93,40 @@ impl Tail {
     /// them out of the vector), so a first read of a huge log never holds all of it.
     pub fn poll_into(&mut self, sink: &mut dyn FnMut(&mut Vec<Record>)) -> Result<Poll> {
         let mut poll = Poll::default();
+        if let Some(pattern) = &self.pattern {
+            match super::locate::resolve(pattern) {
+                None if self.open.is_none() => {
+                    poll.missing = true;
+                    return Ok(poll);
+                }
+                Some(newer) if newer != self.path => {
+                    // A new launch's log: finish the old file, then read the new one whole.
+                    if self.parser.is_some() && self.open.is_some() {
+                        let mut derive = std::mem::take(&mut self.derive);
+                        let mtime = super::mtime_secs(&self.path);
+                        self.drain(&mut poll, true, &mut |recs: &mut Vec<Record>, n| {
+                            derive.apply(recs, mtime);
+                            *n += recs.len();
+                            sink(recs);
+                            recs.clear();
+                        })?;
+                        self.derive = derive;
+                    }
+                    if self.open.is_some() || self.seen.is_some() {
+                        poll.restarted =
+                            Some(format!("followed by a newer log {}", newer.display()));
+                    }
+                    self.path = newer;
+                    self.open = None;
+                    self.seen = None;
+                    self.derive.reset();
+                    if let Some(p) = self.parser.as_mut() {
+                        p.reset();
+                    }
+                }
+                _ => {}
+            }
+        }
         let meta = match std::fs::metadata(&self.path) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -96,23 +140,32 @@ impl Tail {
                 .ok()?;
             Some(t.as_secs_f64())
         });
+        let mut derive = std::mem::take(&mut self.derive);
+        if self.parser.is_none() {
+            derive.reset(); // a snapshot is the whole document again, from its first entry
+        }
         let mut flush = |recs: &mut Vec<Record>, count: &mut usize| {
-            for r in recs.iter_mut() {
-                r.time = r.time.or(mtime);
-            }
+            derive.apply(recs, mtime);
             *count += recs.len();
             sink(recs);
             recs.clear();
         };
-        if self.parser.is_none() {
-            self.poll_snapshot(meta.as_ref(), &mut poll)?;
+        let read = if self.parser.is_none() {
+            self.poll_snapshot(meta.as_ref(), &mut poll)
         } else {
-            self.poll_lines(meta.as_ref(), &mut poll, &mut flush)?;
+            self.poll_lines(
+                meta.as_ref(),
+                &mut poll,
+                &mut |recs: &mut Vec<Record>, n| flush(recs, n),
+            )
+        };
+        if read.is_ok() {
+            let mut count = poll.records;
+            flush(&mut poll.batch.records, &mut count);
+            poll.records = count;
         }
-        let mut count = poll.records;
-        flush(&mut poll.batch.records, &mut count);
-        poll.records = count;
-        Ok(poll)
+        self.derive = derive;
+        read.map(|()| poll)
     }
 
     /// Whether the log is read as a whole document each time (trainer_state.json).
@@ -360,6 +413,32 @@ mod tests {
             poll.batch.garbage[0].to_string(),
             format!("{}:2: expected a JSON object, found \"oops\"", p.display())
         );
+    }
+
+    /// Issue 18 item 7: a `{version}` log follows the newest launch's directory.
+    #[test]
+    fn a_version_pattern_follows_the_newest_launch() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = |n: u32| dir.path().join(format!("logs/version_{n}/m.jsonl"));
+        let pattern = dir.path().join("logs/version_{version}/m.jsonl");
+        let mut t = Tail::new(&pattern, LogFormat::Jsonl, &MetricsConfig::default()).unwrap();
+        assert!(t.poll().unwrap().missing, "nothing matches yet");
+        std::fs::create_dir_all(v(0).parent().unwrap()).unwrap();
+        append(&v(0), "{\"step\": 1}\n{\"step\": 2}\n");
+        assert_eq!(steps(&t.poll().unwrap()), vec![1, 2]);
+        append(&v(0), "{\"step\": 3}");
+        std::fs::create_dir_all(v(1).parent().unwrap()).unwrap();
+        append(&v(1), "{\"step\": 2}\n");
+        let poll = t.poll().unwrap();
+        assert_eq!(
+            steps(&poll),
+            vec![3, 2],
+            "the old file finished, then the new one"
+        );
+        assert!(poll.restarted.unwrap().contains("version_1"));
+        append(&v(1), "{\"step\": 4}\n");
+        assert_eq!(steps(&t.poll().unwrap()), vec![4]);
+        assert_eq!(t.path(), v(1));
     }
 
     #[test]

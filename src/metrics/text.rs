@@ -3,7 +3,7 @@
 //! hold (`step`, `time`, `loss`, `lr`, `grad_norm`, `tokens_per_s`, `vram`, `eval_loss`), or
 //! listed in `fields`. A line no pattern matches is ordinary log chatter, not garbage.
 
-use super::{parse_num, parse_time, Fields, Keys, LineParser, Parsed, Target, METRICS};
+use super::{Fields, Keys, LineParser, Parsed, Target, SLOTS};
 use crate::config::MetricsConfig;
 use anyhow::{bail, Context, Result};
 use regex::bytes::Regex;
@@ -20,7 +20,8 @@ fn target_of(name: &str) -> Option<Target> {
         "step" => Some(Target::Step),
         "time" => Some(Target::Time),
         "vram" => Some(Target::Metric(4)),
-        _ => METRICS.iter().position(|m| *m == name).map(Target::Metric),
+        "step_time" => Some(Target::StepTime),
+        _ => SLOTS.iter().position(|m| *m == name).map(Target::Metric),
     }
 }
 
@@ -49,9 +50,9 @@ impl TextParser {
                 let t = target_of(name);
                 if t.is_none() {
                     bail!(
-                        "[metrics] patterns #{}: group `{name}` is not a metric: expected one of step, time, {}, vram",
+                        "[metrics] patterns #{}: group `{name}` is not a metric: expected one of step, time, step_time, {}, vram",
                         i + 1,
-                        METRICS.join(", ")
+                        SLOTS.join(", ")
                     );
                 }
                 targets.push(t);
@@ -87,11 +88,7 @@ impl LineParser for TextParser {
                 let (Some(t), Some(m)) = (t, caps.get(g + 1)) else {
                     continue;
                 };
-                let v = match t {
-                    Target::Time => parse_time(m.as_bytes()),
-                    _ => parse_num(m.as_bytes()),
-                };
-                match v {
+                match self.keys.value(*t, m.as_bytes()) {
                     Some(v) => fields.set(*t, v),
                     None if fields.bad.is_none() => {
                         fields.bad = Some(format!(

@@ -25,7 +25,8 @@ pub fn config_paths(cfg: Option<&Config>) -> Vec<(String, PathBuf)> {
     }
     v.push(("ledger".into(), c.ledger_path()));
     if let Some(l) = &c.run.log {
-        v.push(("log".into(), l.clone()));
+        let now = crate::metrics::locate::resolve(l).unwrap_or_else(|| l.clone());
+        v.push(("log".into(), now));
     }
     v.push(("quarantine".into(), c.quarantine_dir()));
     v
