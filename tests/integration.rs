@@ -11,4 +11,5 @@ mod ledger;
 mod probe;
 mod publish;
 mod quarantine;
+mod untrusted_ledger;
 mod watch;
