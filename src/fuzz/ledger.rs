@@ -18,7 +18,7 @@ fn seed_ledgers() -> Vec<Vec<u8>> {
     let obs = {
         let cfg = super::logs::example_config();
         let mut h = crate::critic::History::new(cfg);
-        for s in 0..40u64 {
+        for s in 0..12u64 {
             h.push(crate::metrics::Record {
                 step: s * 10,
                 time: Some(1_700_000_000.0 + s as f64),
@@ -185,7 +185,7 @@ fn fuzz_ledger() {
     let dict = ledger_dict();
     let n = run(
         "ledger",
-        iters(30_000),
+        iters(2_000),
         &mut |g: &mut Gen| {
             let x = g.mutated(&seeds, &dict);
             if g.chance(2) {
@@ -220,7 +220,7 @@ fn fuzz_ledger_append() {
     let path = dir.path().join("l.jsonl");
     let n = run(
         "ledger_append",
-        iters(3_000),
+        iters(1_000),
         &mut |g: &mut Gen| {
             let x = g.mutated(&seeds, &dict);
             if g.chance(2) {
@@ -277,7 +277,7 @@ fn fuzz_latest_json() {
     dict.extend(WEIRD);
     let n = run(
         "latest_json",
-        iters(100_000),
+        iters(30_000),
         &mut |g: &mut Gen| g.mutated(&seeds, &dict),
         &|b: &[u8]| {
             let text = String::from_utf8_lossy(b);

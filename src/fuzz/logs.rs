@@ -106,7 +106,7 @@ fn fuzz_jsonl() {
     };
     let n = run(
         "jsonl",
-        iters(100_000),
+        iters(10_000),
         &mut |g: &mut Gen| g.mutated(&seeds, &dict),
         &|b: &[u8]| {
             let out = lines(&mut JsonlParser::new(&MetricsConfig::default()), b);
@@ -140,7 +140,7 @@ fn fuzz_csv() {
     };
     let n = run(
         "csv",
-        iters(100_000),
+        iters(10_000),
         &mut |g: &mut Gen| g.mutated(&seeds, &dict),
         &|b: &[u8]| {
             let out = lines(&mut CsvParser::new(&lightning), b);
@@ -189,7 +189,7 @@ fn fuzz_text_patterns() {
     ];
     let n = run(
         "text",
-        iters(100_000),
+        iters(5_000),
         &mut |g: &mut Gen| g.mutated(&seeds, &dict),
         &|b: &[u8]| {
             let out = lines(&mut parser.clone(), b);
@@ -247,7 +247,7 @@ fn fuzz_hf_trainer_state() {
     };
     let n = run(
         "hf_trainer_state",
-        iters(20_000),
+        iters(10_000),
         &mut |g: &mut Gen| {
             if g.chance(200) {
                 let mut x = full.clone();
@@ -286,7 +286,7 @@ fn fuzz_numbers_and_times() {
     let dict = ["e", "E", "+", "-", ".", "T", "Z", ":", "\x1b[", "\r", "%"];
     let n = run(
         "numbers_and_times",
-        iters(200_000),
+        iters(50_000),
         &mut |g: &mut Gen| g.mutated(&seeds, &dict),
         &|b: &[u8]| {
             num::parse_num(b);
@@ -308,7 +308,7 @@ fn fuzz_tail() {
     let dict = jsonl_dict();
     let n = run(
         "tail",
-        iters(1_500),
+        iters(300),
         // The input is a script: chunks separated by 0x01 bytes; each chunk's first byte
         // picks append / truncate-and-write / rotate / partial write.
         &mut |g: &mut Gen| {

@@ -1,15 +1,19 @@
 //! Fuzzing every parser of a file roger did not write, inside `cargo test`: a fixed seed, a
 //! bounded count per parser, structure-aware mutation of real samples. Zero panics is the bar.
 //!
-//! Each target builds inputs from valid seeds (fixtures, real /proc files, synthesised
-//! records) with [`Gen::mutate`] and calls the parser's pure entry point under
-//! `catch_unwind`. A panic fails the test with the input shrunk and printed as a byte-string
-//! literal, the seed and the iteration, so it can be pasted into a regression test.
+//! Each target builds inputs from valid seeds (fixtures, real /proc files read at test time,
+//! synthesised records) with [`Gen::mutate`] and calls the parser's pure entry point, and what
+//! roger does next with its output, under `catch_unwind`. A panic fails the test with the
+//! input shrunk and printed as a byte-string literal, the seed and the iteration, so it can be
+//! pasted into a `regress_*` test. (Seeds from /proc differ between machines; the printed
+//! input is what reproduces.)
 //!
-//! Counts: each target's default is in its `#[test]` (see [`iters`]); the total stays within
-//! tens of seconds in the debug test profile on 2 cores. For a long local run:
-//! `ROGER_FUZZ_ITERS=10000000 cargo test --release --lib fuzz -- --nocapture`
-//! (`ROGER_FUZZ_SEED=N` explores a different stream; the report names the seed to replay).
+//! Counts: each target's bounded default is the `iters(..)` in its `#[test]`, sized for the
+//! debug test profile (its overflow checks are what find integer overflows). A long local run,
+//! with the same checks in an optimised build, one target or all:
+//! `CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true
+//!  ROGER_FUZZ_ITERS=10000000 cargo test --release --lib fuzz::logs::fuzz_jsonl -- --nocapture`
+//! (`ROGER_FUZZ_ITERS` replaces every target's count; `ROGER_FUZZ_SEED=N` another stream).
 
 mod ledger;
 mod logs;
@@ -308,7 +312,9 @@ impl Gen {
                     1 => self.pick(WEIRD).as_bytes().to_vec(),
                     _ => self.number().into_bytes(),
                 };
-                let n = self.rng.usize(1..(32 << 10) / unit.len().max(1) + 2);
+                // Mostly a few KiB; now and then past the readers' buffers.
+                let len = if self.chance(8) { 96 << 10 } else { 4 << 10 };
+                let n = self.rng.usize(1..len / unit.len().max(1) + 2);
                 let at = pos(self, x);
                 x.splice(at..at, unit.repeat(n));
             }
@@ -322,7 +328,11 @@ impl Gen {
                     (b"{a={", b"}}"),
                     (b"(", b")"),
                 ]);
-                let n = self.rng.usize(1..3000);
+                let n = if self.chance(4) {
+                    self.rng.usize(1..3000)
+                } else {
+                    self.rng.usize(1..200)
+                };
                 let at = pos(self, x);
                 let mut ins = open.repeat(n);
                 if self.chance(2) {

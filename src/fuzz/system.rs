@@ -82,7 +82,7 @@ fn fuzz_config() {
     let path = Path::new("/fuzz/roger.toml");
     let n = run(
         "config",
-        iters(10_000),
+        iters(5_000),
         &mut |g: &mut Gen| g.mutated(&seeds, &d),
         &|b: &[u8]| {
             let text = String::from_utf8_lossy(b);
@@ -127,7 +127,7 @@ fn fuzz_mountinfo() {
     ]);
     let n = run(
         "mountinfo",
-        iters(100_000),
+        iters(30_000),
         &mut |g: &mut Gen| g.mutated(&seeds, &d),
         &|b: &[u8]| {
             let mounts = fskind::parse_mountinfo(&String::from_utf8_lossy(b));
@@ -157,7 +157,7 @@ fn fuzz_proc_stat() {
     let d = dict(&["(", ")", ") ", " R ", " Z ", " "]);
     let n = run(
         "proc_stat",
-        iters(100_000),
+        iters(20_000),
         &mut |g: &mut Gen| g.mutated(&seeds, &d),
         &|b: &[u8]| {
             let text = String::from_utf8_lossy(b);
@@ -196,7 +196,7 @@ fn fuzz_proc_io_meminfo_cmdline_version() {
     ]);
     let n = run(
         "proc_io_meminfo_cmdline_version",
-        iters(100_000),
+        iters(20_000),
         &mut |g: &mut Gen| g.mutated(&seeds, &d),
         &|b: &[u8]| {
             let text = String::from_utf8_lossy(b);
@@ -254,7 +254,7 @@ fn fuzz_nvidia_smi_csv() {
     ]);
     let n = run(
         "nvidia_smi_csv",
-        iters(100_000),
+        iters(30_000),
         &mut |g: &mut Gen| g.mutated(&seeds, &d),
         &|b: &[u8]| {
             let text = String::from_utf8_lossy(b);
@@ -288,7 +288,7 @@ fn fuzz_kernel_log_xids() {
     ]);
     let n = run(
         "kernel_log_xids",
-        iters(20_000),
+        iters(10_000),
         &mut |g: &mut Gen| g.mutated(&seeds, &d),
         &|b: &[u8]| {
             let xids = xid::parse_kernel_log(&String::from_utf8_lossy(b));
