@@ -25,7 +25,7 @@ fn judge_all(records: &[Record]) {
     let cfg = example_config();
     let mut h = History::new(cfg);
     for r in records {
-        h.push(r.clone());
+        h.push(*r);
     }
     let now = records.iter().filter_map(|r| r.time).fold(0.0, f64::max);
     let obs = observe(&h, cfg, now + 1.0, None);
