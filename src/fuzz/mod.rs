@@ -302,7 +302,11 @@ impl Gen {
                 } else {
                     self.pick(WEIRD).as_bytes().to_vec()
                 };
-                let at = self.boundary(x);
+                let at = if self.chance(2) {
+                    self.boundary(x)
+                } else {
+                    pos(self, x)
+                };
                 x.splice(at..at, t);
             }
             9 => {
@@ -362,7 +366,14 @@ impl Gen {
                         .position(|&b| b == b'"')
                         .map_or(x.len(), |e| q + 1 + e);
                     let t = self.pick(WEIRD).as_bytes().to_vec();
-                    x.splice(q + 1..end, t);
+                    if self.chance(2) {
+                        // Inside the value, at any byte: where a cut at a fixed byte
+                        // offset (a hash shortened for a message) lands mid-character.
+                        let at = self.rng.usize(q + 1..=end);
+                        x.splice(at..at, t);
+                    } else {
+                        x.splice(q + 1..end, t);
+                    }
                 }
             }
             _ => {

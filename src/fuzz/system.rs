@@ -371,3 +371,19 @@ fn regress_proc_io_rchar_plus_wchar_overflows() {
         Some(u64::MAX)
     );
 }
+
+/// The fuzzer's find in a replay recording (the same numbers come from NVML or nvidia-smi):
+/// per-process VRAM summed past u64.
+#[test]
+fn regress_process_vram_sum_past_u64() {
+    let r: crate::gpu::replay::Recording = serde_json::from_str(
+        r#"{"snapshots":[{"gpus":[{"index":0,"name":"","uuid":"","":0,"":0}],"processes":[{"pid":2,"gpu":0,"used_memory":3},{"pid":1,"gpu":0,"used_memory":18446744073709551615}],"source":""}]}"#,
+    )
+    .unwrap();
+    let snap = &r.snapshots[0];
+    assert_eq!(snap.memory_of(&[1, 2]), Some(u64::MAX));
+    match crate::watch::policy::vram_gate(snap, &[], &[0]) {
+        crate::watch::policy::VramGate::Foreign { bytes, .. } => assert_eq!(bytes, u64::MAX),
+        other => panic!("{other:?}"),
+    }
+}
