@@ -387,3 +387,21 @@ fn regress_process_vram_sum_past_u64() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The fuzzer's find in nvidia-smi output: one PID's VRAM on one GPU summed past u64 by the
+/// critic's VRAM read.
+#[test]
+fn regress_critic_vram_per_gpu_sum_past_u64() {
+    let processes = smi::parse_apps("2,,4\n2,,79703710938795", &[]).unwrap();
+    let snap = GpuSnapshot {
+        gpus: Vec::new(),
+        processes,
+        source: "smi".into(),
+    };
+    let mut reader = crate::gpu::FakeGpu::new(vec![Ok(snap)]);
+    let v = crate::critic::observe::read_vram(&mut reader, &[2]);
+    assert_eq!(
+        v.used_gib.map(|n| n.0),
+        Some(u64::MAX as f64 / f64::from(1u32 << 30))
+    );
+}
