@@ -288,7 +288,7 @@ fn fuzz_kernel_log_xids() {
     ]);
     let n = run(
         "kernel_log_xids",
-        iters(10_000),
+        iters(5_000),
         &mut |g: &mut Gen| g.mutated(&seeds, &d),
         &|b: &[u8]| {
             let xids = xid::parse_kernel_log(&String::from_utf8_lossy(b));
