@@ -245,7 +245,7 @@ pub fn verify_on_disk(c: &Checkpoint) -> Result<(), String> {
             "bytes changed since publish: sha256 {} size {} (recorded {} size {})",
             &d.sha256[..12],
             d.size,
-            &c.sha256[..c.sha256.len().min(12)],
+            &c.sha256[..c.sha256.floor_char_boundary(12)],
             c.size
         )),
         Err(e) => Err(format!("cannot be read: {e:#}")),

@@ -23,6 +23,9 @@ pub mod status;
 pub mod sys;
 pub mod watch;
 
+#[cfg(test)]
+mod fuzz;
+
 use clap::Parser;
 use std::ffi::OsString;
 use std::process::ExitCode;

@@ -14,6 +14,7 @@ mod probe;
 mod publish;
 mod quarantine;
 mod real_configs;
+mod untrusted_ledger;
 mod watch;
 mod watch_lifecycle;
 mod watch_shapes;

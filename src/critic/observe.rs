@@ -280,7 +280,8 @@ pub fn read_vram(reader: &mut dyn GpuReader, pids: &[u32]) -> GpuVram {
     }
     let mut per_gpu = std::collections::BTreeMap::<u32, u64>::new();
     for p in mine {
-        *per_gpu.entry(p.gpu).or_default() += p.used_memory.unwrap_or(0);
+        let sum = per_gpu.entry(p.gpu).or_default();
+        *sum = sum.saturating_add(p.used_memory.unwrap_or(0));
     }
     let max = per_gpu.values().copied().max().unwrap_or(0);
     GpuVram {

@@ -14,7 +14,10 @@ pub fn quiet_allowance(obs: &Observation, step: u64) -> (f64, Vec<String>) {
     let mut total = 0.0;
     let mut names = Vec::new();
     for q in &obs.quiet {
-        let into = step % q.every;
+        // `every = 0` is refused in a config, but an archived observation (replay) is data.
+        let Some(into) = step.checked_rem(q.every) else {
+            continue;
+        };
         if into == 0 || q.every - into < gap {
             total += q.duration_s;
             names.push(q.name.clone());

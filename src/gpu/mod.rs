@@ -54,7 +54,12 @@ impl GpuSnapshot {
         if mine.iter().any(|p| p.used_memory.is_none()) {
             return None;
         }
-        Some(mine.iter().filter_map(|p| p.used_memory).sum())
+        // Saturating: a driver's (or a recording's) absurd number must not overflow.
+        Some(
+            mine.iter()
+                .filter_map(|p| p.used_memory)
+                .fold(0u64, u64::saturating_add),
+        )
     }
 }
 

@@ -76,8 +76,8 @@ pub fn parse_gpus(text: &str) -> Result<Vec<GpuInfo>, String> {
             index,
             name: f[1].to_string(),
             uuid: f[2].to_string(),
-            memory_used: num::<u64>(f[3]).map(|m| m * MIB),
-            memory_total: num::<u64>(f[4]).map(|m| m * MIB),
+            memory_used: num::<u64>(f[3]).map(|m| m.saturating_mul(MIB)),
+            memory_total: num::<u64>(f[4]).map(|m| m.saturating_mul(MIB)),
             util: num(f[5]),
             memory_util: num(f[6]),
             temperature_c: num(f[7]),
@@ -114,7 +114,7 @@ pub fn parse_apps(text: &str, gpus: &[GpuInfo]) -> Result<Vec<GpuProcess>, Strin
         out.push(GpuProcess {
             pid,
             gpu,
-            used_memory: num::<u64>(f[2]).map(|m| m * MIB),
+            used_memory: num::<u64>(f[2]).map(|m| m.saturating_mul(MIB)),
         });
     }
     Ok(out)

@@ -81,7 +81,10 @@ impl Xid {
 
 /// Every `NVRM: Xid (DEVICE): CODE, detail` line in kernel log text.
 pub fn parse_kernel_log(text: &str) -> Vec<Xid> {
-    let re = regex::Regex::new(r"NVRM: Xid \(([^)]*)\): (\d+)(?:,\s*(.*))?").expect("valid regex");
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        regex::Regex::new(r"NVRM: Xid \(([^)]*)\): (\d+)(?:,\s*(.*))?").expect("valid regex")
+    });
     text.lines()
         .filter_map(|l| {
             let c = re.captures(l)?;

@@ -150,8 +150,10 @@ pub(super) fn refuse_foreign_file(file: &mut File, path: &Path) -> Result<()> {
     )
 }
 
+/// A hash's first 12 bytes for messages. The stored text is whatever was in the file, so the
+/// cut must land on a char boundary (a byte index panics inside a multi-byte char).
 fn short(h: &str) -> &str {
-    &h[..h.len().min(12)]
+    &h[..h.floor_char_boundary(12)]
 }
 
 pub(super) fn parse_record(line: &str) -> Result<Record> {

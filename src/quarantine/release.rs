@@ -65,7 +65,7 @@ pub fn release(
                 "{}: its bytes changed since it was quarantined (sha256 {} now, {} then); pass --force --reason R to release it anyway",
                 item.id,
                 &now_hash[..12],
-                &item.sha256[..12]
+                &item.sha256[..item.sha256.floor_char_boundary(12)]
             );
         }
     }

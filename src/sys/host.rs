@@ -34,7 +34,7 @@ pub fn parse_meminfo(text: &str) -> Result<Memory, String> {
         text.lines().find_map(|l| {
             let rest = l.strip_prefix(key)?.strip_prefix(':')?;
             let num = rest.split_whitespace().next()?;
-            num.parse::<u64>().ok().map(|kb| kb * 1024)
+            num.parse::<u64>().ok().map(|kb| kb.saturating_mul(1024))
         })
     };
     let total = get("MemTotal").ok_or("no MemTotal line")?;

@@ -137,7 +137,7 @@ pub fn parse_stat(text: &str, ticks_per_s: f64) -> Option<ProcStat> {
         state,
         ppid: num(4)? as u32,
         pgrp: num(5)? as u32,
-        cpu_s: (utime + stime) as f64 / ticks_per_s,
+        cpu_s: utime.saturating_add(stime) as f64 / ticks_per_s,
         children_cpu_s: children as f64 / ticks_per_s,
         io_bytes: None,
         exit_status: if state == 'Z' {
@@ -148,13 +148,13 @@ pub fn parse_stat(text: &str, ticks_per_s: f64) -> Option<ProcStat> {
     })
 }
 
-fn parse_io(text: &str) -> Option<u64> {
+pub fn parse_io(text: &str) -> Option<u64> {
     let get = |key: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(key))
             .and_then(|v| v.trim().parse::<u64>().ok())
     };
-    Some(get("rchar:")? + get("wchar:")?)
+    Some(get("rchar:")?.saturating_add(get("wchar:")?))
 }
 
 /// Exit code / signal from a wait status.

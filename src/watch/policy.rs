@@ -218,7 +218,10 @@ pub fn vram_gate(snap: &GpuSnapshot, run_pids: &[u32], run_gpus: &[u32]) -> Vram
     } else {
         VramGate::Foreign {
             pids: foreign.iter().map(|p| p.pid).collect(),
-            bytes: foreign.iter().filter_map(|p| p.used_memory).sum(),
+            bytes: foreign
+                .iter()
+                .filter_map(|p| p.used_memory)
+                .fold(0u64, u64::saturating_add),
         }
     }
 }
