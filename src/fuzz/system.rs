@@ -5,7 +5,7 @@
 
 use super::{iters, repo_file, run, Gen, NUMBERS, WEIRD};
 use crate::gpu::{smi, xid, GpuSnapshot};
-use crate::sys::{fskind, host, pidinfo, proc, wsl};
+use crate::sys::{cgroup, fskind, host, pidinfo, proc, wsl};
 use std::path::Path;
 
 /// This machine's copy of a /proc file, when readable.
@@ -209,6 +209,41 @@ fn fuzz_proc_io_meminfo_cmdline_version() {
             pidinfo::parse_cmdline(b);
             wsl::detect_from(&text, None, false);
             wsl::detect_from(&text, Some(&text), true);
+        },
+    );
+    assert!(n > 0);
+}
+
+/// The run's cgroup files: /proc/PID/cgroup, cpu.stat, io.stat (one input is fed to all three).
+#[test]
+fn fuzz_cgroup_files() {
+    let seeds = seeds_with(
+        &[
+            "12:pids:/user.slice\n0::/user.slice/user-1000.slice/session-3.scope\n",
+            "usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\nnr_periods 0\n",
+            "8:0 rbytes=1048576 wbytes=4096 rios=12 wios=1 dbytes=0 dios=0\n259:0 rbytes=7 wbytes=18446744073709551615\n",
+        ],
+        &["/proc/self/cgroup", "/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/io.stat"],
+    );
+    let d = dict(&[
+        "0::",
+        "/",
+        "usage_usec ",
+        "rbytes=",
+        "wbytes=",
+        "=",
+        " ",
+        "\n",
+    ]);
+    let n = run(
+        "cgroup_files",
+        iters(20_000),
+        &mut |g: &mut Gen| g.mutated(&seeds, &d),
+        &|b: &[u8]| {
+            let text = String::from_utf8_lossy(b);
+            cgroup::parse_proc_cgroup(&text);
+            cgroup::parse_cpu_stat(&text);
+            cgroup::parse_io_stat(&text);
         },
     );
     assert!(n > 0);
