@@ -270,3 +270,88 @@ pub fn apply(obs: &Observation, results: &mut [CheckResult]) {
         report("grad_norm", e, says(&e, what));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::onset::{PhaseRule, Tracker};
+    use super::*;
+
+    fn rules() -> Rules {
+        Rules {
+            phases: vec![PhaseRule {
+                from: 0,
+                to: None,
+                band: None,
+                spike: Some(1.5),
+                grad_spike: Some(5.0),
+                window: 10,
+            }],
+            min_samples: 5,
+            band_samples: 5,
+            grad_nonfinite_consecutive: 3,
+        }
+    }
+
+    #[test]
+    fn grad_runs_and_spikes_are_noted_worst_first_and_a_rewind_forgets() {
+        let mut r = Recorder::new(rules());
+        for s in 0..10 {
+            r.grad(s, 0.5);
+        }
+        r.grad(10, 3.0); // 6× the median: a spike
+        r.grad(11, 0.5);
+        r.grad(12, 9.0); // a worse one
+        for s in 13..15 {
+            r.grad(s, f64::NAN); // 2 in a row: under grad_nonfinite_consecutive
+        }
+        r.grad(15, 0.5);
+        for s in 16..20 {
+            r.grad(s, f64::INFINITY); // 4 in a row
+        }
+        let m = r.since(0);
+        let spike = m.grad_spike.unwrap();
+        assert_eq!(
+            (spike.peak_step, spike.runs, spike.base),
+            (12, 2, Some(Num(0.5)))
+        );
+        let bad = m.grad_nonfinite.unwrap();
+        assert_eq!((bad.step, bad.until, bad.samples, bad.runs), (16, 19, 4, 1));
+        // Only what began at or after `from` counts.
+        assert_eq!(r.since(11).grad_spike.map(|e| e.step), Some(12));
+        assert_eq!(r.since(13).grad_spike, None);
+        r.rewind(12);
+        let m = r.since(0);
+        assert_eq!(
+            (m.grad_spike.map(|e| e.step), m.grad_nonfinite),
+            (Some(10), None)
+        );
+    }
+
+    #[test]
+    fn loss_events_follow_the_onset_tracker() {
+        let mut t = Tracker::new(rules());
+        let mut r = Recorder::new(rules());
+        let mut push = |s: u64, v: f64| {
+            t.push(s, v);
+            r.loss(s, v, &t.now);
+        };
+        for s in 0..10 {
+            push(s, 3.0);
+        }
+        push(10, 9.0);
+        push(11, 8.0);
+        for s in 12..20 {
+            push(s, 3.0);
+        }
+        push(20, f64::NAN);
+        push(21, 3.0);
+        let m = r.since(5);
+        let spike = m.loss_spike.unwrap();
+        assert_eq!(
+            (spike.step, spike.peak, spike.peak_step),
+            (10, Num(9.0), 10)
+        );
+        assert!(spike.until >= 11, "{spike:?}");
+        assert_eq!(m.loss_nonfinite.map(|e| (e.step, e.until)), Some((20, 20)));
+    }
+}
