@@ -99,8 +99,9 @@ pub struct Fail {
     pub seq: u64,
     /// The newest step the verdict saw.
     pub step: Option<u64>,
-    /// Where the run diverged: the earliest `diverged_at` of its failing checks, else its
-    /// step (issue 10 item 7: the verdict's own step is later than the divergence).
+    /// Where the run diverged: the earliest `diverged_at` (or a collapse's `began_at`) of its
+    /// failing checks, else its step (issue 10 item 7: the verdict's own step is later than
+    /// the divergence).
     pub onset: Option<u64>,
     /// seq of the first `pass`/`warn` verdict after it; `None`: the fail stands.
     pub cleared_by: Option<u64>,
@@ -155,7 +156,12 @@ pub fn fails(records: &[Record], run: &str) -> Vec<Fail> {
             .into_iter()
             .flatten()
             .filter(|c| c.get("status").and_then(|s| s.as_str()) == Some("fail"))
-            .filter_map(|c| c.get("diverged_at").and_then(|d| d.as_u64()))
+            // A collapse (`began_at`: the loss below its band) is no divergence, but the
+            // checkpoints from its onset on are no better.
+            .filter_map(|c| {
+                let at = |k: &str| c.get(k).and_then(|d| d.as_u64());
+                at("diverged_at").or(at("began_at"))
+            })
             .min()
             .or(f.step);
         let cleared_by = verdicts[i + 1..]
@@ -416,6 +422,22 @@ mod tests {
         ]);
         assert_eq!(last_good(&recs, "r", None, &mut ok).chosen.unwrap().seq, 5);
         assert!(!fails(&recs, "r")[0].standing());
+    }
+
+    /// Issue 18 item 8: a collapse (the loss below its band) is no divergence, but the
+    /// checkpoints from its onset (`began_at`) on are not good either.
+    #[test]
+    fn a_collapse_taints_from_where_it_began() {
+        let collapse = verdict(120, "fail").field(
+            "checks",
+            serde_json::json!([{"check": "loss", "status": "fail", "began_at": 80}]),
+        );
+        let recs = ledger_with(vec![publish(70), publish(90), collapse]);
+        assert_eq!(fails(&recs, "r")[0].onset, Some(80));
+        assert_eq!(
+            last_good(&recs, "r", None, &mut ok).chosen.unwrap().step,
+            Some(70)
+        );
     }
 
     #[test]

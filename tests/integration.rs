@@ -7,6 +7,7 @@ mod bench;
 mod checkpoint_trust;
 mod cli;
 mod critic;
+mod critic_live;
 mod hygiene;
 mod ledger;
 mod powercut;

@@ -118,6 +118,7 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         })?;
         return Ok(exit::OK);
     }
+    runner.judged_through(super::critic_run::last_judged_step(&ledger, &cfg.run.name));
     let mut tick = runner.tick(args.now.unwrap_or_else(|| clock.now()))?;
     report_read(&tick, &log);
     super::critic_run::mark_flapping(&mut tick.verdict, &ledger, &cfg);
@@ -165,7 +166,9 @@ fn print_human(v: &Verdict, cfg: &Config, seq: u64) {
         &cfg.hash[..12.min(cfg.hash.len())]
     );
     for c in &v.checks {
-        outln!("{:<7} {:<12} {}", status_word(c.status), c.check, c.reason);
+        // A check waiting for data (or skipped) is unknown but does not decide: say which.
+        let word = c.unjudged.map_or(status_word(c.status), |u| u.as_str());
+        outln!("{:<7} {:<12} {}", word, c.check, c.reason);
     }
     if !v.skipped.is_empty() {
         outln!("skipped      {} (not declared)", v.skipped.join(", "));
@@ -183,7 +186,7 @@ fn print_summary(tick: &Tick, seq: u64) {
     let worst = v
         .checks
         .first()
-        .filter(|c| c.status != Status::Pass)
+        .filter(|c| c.status != Status::Pass && c.unjudged.is_none())
         .map(|c| format!(" — {}: {}", c.check, c.reason))
         .unwrap_or_default();
     outln!(

@@ -22,6 +22,7 @@ pub struct Runner<'a> {
     history: History,
     gpu: &'a mut dyn GpuReader,
     pids: Vec<u32>,
+    judged_through: Option<u64>,
 }
 
 /// One tick's result.
@@ -50,7 +51,15 @@ impl<'a> Runner<'a> {
             history: History::new(cfg),
             gpu,
             pids,
+            judged_through: None,
         }
+    }
+
+    /// `--once`: the ledger's last verdict of this run judged up to `step`; samples after it
+    /// are new to this one (applied after the read, so a resume in the log before then does
+    /// not make old samples new).
+    pub fn judged_through(&mut self, step: Option<u64>) {
+        self.judged_through = step;
     }
 
     /// Read what is new and judge the run as of `now`.
@@ -70,6 +79,9 @@ impl<'a> Runner<'a> {
                 }
             })?
         };
+        if let Some(step) = self.judged_through.take() {
+            self.history.judged_through(step);
+        }
         let new_samples = poll.records;
         self.history.garbage_total += poll.batch.garbage_total;
         let now_s = now.timestamp() as f64 + f64::from(now.timestamp_subsec_millis()) / 1e3;
@@ -78,6 +90,8 @@ impl<'a> Runner<'a> {
             obs.gpu_vram = Some(observe::read_vram(&mut *self.gpu, &self.pids));
         }
         let verdict = critic::judge(&obs);
+        // What this verdict judged is not new to the next one.
+        self.history.judged();
         Ok(Tick {
             obs,
             verdict,
@@ -89,6 +103,16 @@ impl<'a> Runner<'a> {
             restarted: poll.restarted,
         })
     }
+}
+
+/// The step of the newest critic verdict of `run` in the ledger (none, or unreadable: `None`).
+pub fn last_judged_step(ledger: &Ledger, run: &str) -> Option<u64> {
+    let records = ledger.records().ok()?;
+    records
+        .iter()
+        .rev()
+        .find(|r| r.kind == crate::ledger::Kind::Verdict && r.source == "critic" && r.run == run)?
+        .step
 }
 
 /// Name the checks hygiene's flap detector finds flapping in this run's recent verdicts
@@ -193,5 +217,72 @@ fn sleep_unless_stopped(d: Duration) {
             return;
         }
         std::thread::sleep(left.min(slice));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::critic::Status;
+    use crate::gpu::FakeGpu;
+
+    fn state(entries: &[(u64, f64, f64)]) -> String {
+        let hist: Vec<String> = entries
+            .iter()
+            .map(|(s, l, g)| format!(r#"{{"step": {s}, "loss": {l}, "grad_norm": {g}}}"#))
+            .collect();
+        format!(
+            r#"{{"global_step": 1, "log_history": [{}]}}"#,
+            hist.join(", ")
+        )
+    }
+
+    /// Issue 18 item 3: trainer_state.json is rewritten only at saves; a loss and a grad-norm
+    /// spike between two reads are over by the second read, and its verdict still names them.
+    #[test]
+    fn a_spike_between_two_snapshot_reads_is_reported_with_its_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = dir.path().join("roger.toml");
+        let log = dir.path().join("trainer_state.json");
+        std::fs::write(
+            &toml,
+            "[run]\nname = \"t\"\nlog = \"trainer_state.json\"\nformat = \"hf-trainer-state\"\n\
+             [[phase]]\nname = \"a\"\nfrom = 0\nwindow = 50\nloss_spike = 1.5\ngrad_norm_spike = 5.0\n",
+        )
+        .unwrap();
+        let cfg = Config::load(&toml).unwrap();
+        let mut entries: Vec<(u64, f64, f64)> = (1..=40).map(|i| (10 * i, 3.0, 0.5)).collect();
+        std::fs::write(&log, state(&entries)).unwrap();
+        let tail = Tail::new(&log, cfg.run.format, &cfg.metrics).unwrap();
+        let mut gpu = FakeGpu::new(vec![]);
+        let mut runner = Runner::new(&cfg, tail, &mut gpu, vec![]);
+        let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let first = runner.tick(t0).unwrap();
+        assert_eq!(first.verdict.status, Status::Pass, "{:#?}", first.verdict);
+        // The next save: 40 more steps, a spike at step 600 and normal again after it.
+        entries.extend((41..=80).map(|i| {
+            let spike = i == 60;
+            (
+                10 * i,
+                if spike { 9.0 } else { 3.0 },
+                if spike { 6.0 } else { 0.5 },
+            )
+        }));
+        std::fs::write(&log, state(&entries)).unwrap();
+        let second = runner.tick(t0 + chrono::Duration::seconds(60)).unwrap();
+        let v = &second.verdict;
+        assert_eq!(v.step, Some(800));
+        for name in ["loss_spike", "grad_norm"] {
+            let c = v.checks.iter().find(|c| c.check == name).unwrap();
+            assert_eq!(c.status, Status::Warn, "{name}: {}", c.reason);
+            assert!(c.reason.contains("step 600"), "{name}: {}", c.reason);
+        }
+        // Replayed from its observation alone, the same verdict.
+        let back: Observation =
+            serde_json::from_value(serde_json::to_value(&second.obs).unwrap()).unwrap();
+        assert_eq!(&critic::judge(&back), v);
+        // Reported once: the read after it has nothing new between, and passes.
+        let third = runner.tick(t0 + chrono::Duration::seconds(120)).unwrap();
+        assert_eq!(third.verdict.status, Status::Pass, "{:#?}", third.verdict);
     }
 }

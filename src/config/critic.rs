@@ -359,8 +359,13 @@ pub struct PhaseConfig {
     pub to: Option<u64>,
     /// Expected loss band [lo, hi]; below lo catches a loss collapsed to 0.
     pub loss: Option<Band>,
-    /// Allowed loss slope per 1000 steps [lo, hi] over the window (robust Theil–Sen slope).
+    /// Allowed loss slope per 1000 steps [lo, hi] over the window (robust Theil–Sen slope):
+    /// warns only when its whole confidence interval is past a bound.
     pub loss_slope: Option<Band>,
+    /// The slope is judged only over a window spanning at least this many steps (a slope
+    /// over a few dozen steps of per-step loss is batch noise).
+    #[serde(default = "default_min_span")]
+    pub loss_slope_min_span: u64,
     /// A sample above `loss_spike` × the window's median loss is a spike.
     pub loss_spike: Option<f64>,
     pub grad_norm_max: Option<f64>,
@@ -377,6 +382,10 @@ pub struct PhaseConfig {
 
 fn default_window() -> usize {
     50
+}
+
+fn default_min_span() -> u64 {
+    100
 }
 
 /// A declared quiet period: every `every` steps the log may be silent for up to `duration`
@@ -403,6 +412,9 @@ pub struct CriticConfig {
     pub band_samples: usize,
     /// Samples a trend (loss slope, spike median) needs before it is judged; fewer → unknown.
     pub min_samples: usize,
+    /// Confidence of the loss slope's interval (Theil–Sen, Sen 1968) that must clear a
+    /// `loss_slope` bound before it warns.
+    pub loss_slope_confidence: f64,
     /// Run the disk check each tick.
     pub disk_check: bool,
 }
@@ -415,6 +427,7 @@ impl Default for CriticConfig {
             eval_window: 3,
             band_samples: 5,
             min_samples: 5,
+            loss_slope_confidence: 0.95,
             disk_check: false,
         }
     }

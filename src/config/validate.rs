@@ -161,6 +161,12 @@ pub(super) fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
             c.min_samples
         );
     }
+    if !(c.loss_slope_confidence > 0.5 && c.loss_slope_confidence < 1.0) {
+        bail!(
+            "{file}: [critic] expected loss_slope_confidence between 0.5 and 1 (e.g. 0.95), got {}",
+            c.loss_slope_confidence
+        );
+    }
     if c.grad_nonfinite_consecutive < 1 {
         bail!("{file}: [critic] expected grad_nonfinite_consecutive >= 1");
     }

@@ -3,7 +3,7 @@
 //! [`Observation`]; `None` means the check is not declared (no schedule, no threshold).
 
 use super::stats::{ls_slope, median};
-use super::{fmt, num, CheckResult, Observation, Status};
+use super::{fmt, num, CheckResult, Observation, Status, Unjudged};
 use crate::metrics::{GRAD_NORM, TOKENS_PER_S, VRAM_GIB};
 use serde_json::json;
 
@@ -54,9 +54,10 @@ pub fn grad_norm(obs: &Observation) -> Option<CheckResult> {
     };
     let Some(&(last_step, last)) = finite.last() else {
         return Some(
-            CheckResult::new(
+            CheckResult::unjudged(
                 "grad_norm",
-                Status::Unknown,
+                Unjudged::Waiting,
+                obs.rules,
                 format!("no finite grad norm in the window yet{note}"),
             )
             .expected(expected),
@@ -255,67 +256,10 @@ pub fn vram(obs: &Observation) -> Option<CheckResult> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::super::{EvalPoint, GpuVram, Num, ObsSample, Settings, Thresholds};
+    use super::super::{EvalPoint, GpuVram, Num};
     use super::*;
-    use crate::config::{DecayShape, ScheduleConfig, ScheduleKind};
 
-    /// An observation in phase "main" (steps 100..) with the example's thresholds.
-    pub(crate) fn obs_with(samples: Vec<(u64, Vec<(&str, f64)>)>) -> Observation {
-        Observation {
-            now: 1_700_000_000.0,
-            config_hash: "h".into(),
-            step: samples.last().map(|s| s.0),
-            phase: Some(Thresholds {
-                name: "main".into(),
-                from: 100,
-                to: None,
-                loss: Some([2.5, 6.0]),
-                loss_slope: Some([-2.0, 0.05]),
-                loss_spike: Some(1.5),
-                grad_norm_max: Some(2.0),
-                grad_norm_spike: Some(5.0),
-                tokens_per_s_min: Some(40000.0),
-                vram_max_gib: Some(70.0),
-                stale_s: Some(600.0),
-                window: 50,
-            }),
-            schedule: Some(ScheduleConfig {
-                kind: ScheduleKind::Cosine,
-                peak_lr: 1e-3,
-                min_lr: 1e-4,
-                warmup_steps: 100,
-                total_steps: Some(1100),
-                decay_steps: None,
-                decay_shape: DecayShape::Linear,
-                ..Default::default()
-            }),
-            total_steps: None,
-            quiet: vec![],
-            settings: Settings {
-                grad_nonfinite_consecutive: 3,
-                eval_window: 3,
-                band_samples: 5,
-                min_samples: 5,
-            },
-            window: samples
-                .into_iter()
-                .map(|(step, vals)| ObsSample {
-                    step,
-                    values: vals
-                        .into_iter()
-                        .map(|(k, v)| (k.to_string(), Num(v)))
-                        .collect(),
-                })
-                .collect(),
-            evals: vec![],
-            last_sample_at: Some(1_700_000_000.0),
-            advanced_at: Some(1_700_000_000.0),
-            gpu_vram: None,
-            onsets: Default::default(),
-            samples_total: 0,
-            garbage_total: 0,
-        }
-    }
+    pub(crate) use super::super::fixture::obs_with;
 
     fn one(metric: &str, vals: &[f64]) -> Observation {
         obs_with(

@@ -1,16 +1,27 @@
-//! Loss checks: inside the phase's band (NaN/Inf and an exact 0 fail at once), its robust
-//! slope over the window, and a sudden spike over the window's median. Pure functions of an
-//! [`Observation`]; `None` means the phase does not declare the check.
+//! The `loss` check: inside the phase's band (NaN/Inf and an exact 0 fail at once), and the
+//! helpers the other loss checks share (`slope.rs`, `spike.rs`). A loss above its band or
+//! NaN is a divergence (`diverged_at`, for rollback); below its band or exactly 0 it is a
+//! collapse (memorisation, a masked batch): a fail with `began_at`, which rollback leaves
+//! alone. Pure functions of an [`Observation`].
 
 use super::onset::{whole, Run};
-use super::stats::{median, theil_sen};
+use super::stats::median;
 use super::{fmt, num, CheckResult, Observation, Status};
 use crate::metrics::LOSS;
 use serde_json::json;
 
+/// The newest loss sample when it is NaN/Inf: no other loss check may pass on the finite
+/// values before it.
+pub fn nonfinite_newest(obs: &Observation) -> Option<(u64, f64)> {
+    obs.series(LOSS)
+        .last()
+        .copied()
+        .filter(|p| !p.1.is_finite())
+}
+
 /// Steps of the trailing run of samples for which `bad` holds; its first step is where the
 /// divergence began.
-fn trailing_run(series: &[(u64, f64)], bad: impl Fn(f64) -> bool) -> (usize, Option<u64>) {
+pub fn trailing_run(series: &[(u64, f64)], bad: impl Fn(f64) -> bool) -> (usize, Option<u64>) {
     let n = series.iter().rev().take_while(|(_, v)| bad(*v)).count();
     let first = (n > 0).then(|| series[series.len() - n].0);
     (n, first)
@@ -55,16 +66,14 @@ pub fn loss(obs: &Observation) -> Option<CheckResult> {
     }
     if last == 0.0 {
         let (_, first) = onset_run(&series, |v| v == 0.0, obs.onsets.zero);
-        return Some(
-            CheckResult::new(
-                "loss",
-                Status::Fail,
-                format!("loss collapsed to exactly 0 at step {last_step}: as suspicious as NaN (a masked or empty batch?)"),
-            )
-            .observed(json!({"step": last_step, "loss": 0.0}))
-            .expected(json!("> 0"))
-            .diverged_at(first),
-        );
+        let r = CheckResult::new(
+            "loss",
+            Status::Fail,
+            format!("loss collapsed to exactly 0 at step {last_step}: as suspicious as NaN (a masked or empty batch?)"),
+        )
+        .observed(json!({"step": last_step, "loss": 0.0}))
+        .expected(json!("> 0"));
+        return Some(collapse(obs, r, first));
     }
     let band = obs.phase.as_ref().and_then(|p| p.loss);
     let Some([lo, hi]) = band else {
@@ -104,160 +113,42 @@ pub fn loss(obs: &Observation) -> Option<CheckResult> {
     }
     let (_, first) = onset_run(&series, |v| !(lo..=hi).contains(&v), obs.onsets.out_of_band);
     let side = if m > hi { "above" } else { "below" };
-    Some(
-        CheckResult::new(
-            "loss",
-            Status::Fail,
-            format!(
-                "loss {} (median of the last {}) is {side} the band [{}, {}] at step {last_step}",
-                fmt(m),
-                recent.len(),
-                fmt(lo),
-                fmt(hi)
-            ),
-        )
-        .observed(observed)
-        .expected(expected)
-        .diverged_at(first.or(Some(last_step))),
+    let r = CheckResult::new(
+        "loss",
+        Status::Fail,
+        format!(
+            "loss {} (median of the last {}) is {side} the band [{}, {}] at step {last_step}",
+            fmt(m),
+            recent.len(),
+            fmt(lo),
+            fmt(hi)
+        ),
     )
+    .observed(observed)
+    .expected(expected);
+    let first = first.or(Some(last_step));
+    Some(if m > hi {
+        r.diverged_at(first)
+    } else {
+        collapse(obs, r, first)
+    })
 }
 
-/// Theil–Sen slope of the loss over the window, per 1000 steps, against the phase's bounds.
-pub fn loss_slope(obs: &Observation) -> Option<CheckResult> {
-    let [lo, hi] = obs.phase.as_ref()?.loss_slope?;
-    let pts: Vec<(f64, f64)> = obs
-        .series(LOSS)
-        .into_iter()
-        .filter(|(_, v)| v.is_finite())
-        .map(|(s, v)| (s as f64, v))
-        .collect();
-    let need = obs.settings.min_samples.max(3);
-    let expected = json!([lo, hi]);
-    let slope = if pts.len() >= need {
-        theil_sen(&pts)
+/// A loss below its band or exactly 0: from rules 1 on a collapse, not a divergence.
+fn collapse(obs: &Observation, r: CheckResult, first: Option<u64>) -> CheckResult {
+    if obs.rules >= 1 {
+        r.began_at(first)
     } else {
-        None
-    };
-    let Some(slope) = slope.map(|s| s * 1000.0) else {
-        return Some(
-            CheckResult::new(
-                "loss_slope",
-                Status::Unknown,
-                format!("{} finite loss sample(s) at distinct steps in this phase; a slope needs {need}", pts.len()),
-            )
-            .observed(json!({"samples": pts.len()}))
-            .expected(expected),
-        );
-    };
-    let observed = json!({"per_1k_steps": num(slope), "samples": pts.len()});
-    let (status, why) = if slope > hi {
-        (Status::Warn, "loss is creeping up")
-    } else if slope < lo {
-        (Status::Warn, "loss falls faster than declared")
-    } else {
-        (Status::Pass, "within bounds")
-    };
-    Some(
-        CheckResult::new(
-            "loss_slope",
-            status,
-            format!(
-                "loss slope {} per 1k steps over the last {} samples, allowed [{}, {}]: {why}",
-                fmt(slope),
-                pts.len(),
-                fmt(lo),
-                fmt(hi)
-            ),
-        )
-        .observed(observed)
-        .expected(expected),
-    )
-}
-
-/// The newest losses against `loss_spike` × the median of the window before them. One spiking
-/// sample warns (a bad batch); two or more in a row fail and name where it began.
-pub fn loss_spike(obs: &Observation) -> Option<CheckResult> {
-    let factor = obs.phase.as_ref()?.loss_spike?;
-    let series: Vec<(u64, f64)> = obs
-        .series(LOSS)
-        .into_iter()
-        .filter(|(_, v)| v.is_finite())
-        .collect();
-    let need = obs.settings.min_samples.max(3);
-    if series.len() < need {
-        return Some(
-            CheckResult::new(
-                "loss_spike",
-                Status::Unknown,
-                format!(
-                    "{} finite loss sample(s) in this phase; the spike median needs {need}",
-                    series.len()
-                ),
-            )
-            .expected(json!({"factor": factor})),
-        );
+        r.diverged_at(first)
     }
-    // Median of everything but the newest sample, then the run above factor × it.
-    let base = median(series[..series.len() - 1].iter().map(|p| p.1)).expect("non-empty");
-    let limit = factor * base;
-    let (n, first) = trailing_run(&series, |v| v > limit);
-    // Re-base on what precedes the run, so a long run does not lift its own median.
-    let (n, first, base, limit) = if n > 1 && series.len() - n >= 2 {
-        let base = median(series[..series.len() - n].iter().map(|p| p.1)).expect("non-empty");
-        let limit = factor * base;
-        let (n, first) = trailing_run(&series, |v| v > limit);
-        (n, first, base, limit)
-    } else {
-        (n, first, base, limit)
-    };
-    let (last_step, last) = *series.last().expect("non-empty");
-    // A run that began before the window (it fills it, and lifts the window's median with
-    // it): the history's record, with the median from before the run.
-    let (n, first, base, limit) = match obs.onsets.spike {
-        Some(r) if r.since < series[0].0 && last > factor * r.base.0 => (
-            r.samples as usize,
-            Some(r.since),
-            r.base.0,
-            factor * r.base.0,
-        ),
-        _ => (n, first, base, limit),
-    };
-    let observed = json!({"step": last_step, "loss": num(last), "median": num(base), "run": n});
-    let expected = json!({"factor": factor, "max": num(limit)});
-    let r = match n {
-        0 => CheckResult::new(
-            "loss_spike",
-            Status::Pass,
-            format!("loss {} is under {}× the window median {}", fmt(last), fmt(factor), fmt(base)),
-        ),
-        1 => CheckResult::new(
-            "loss_spike",
-            Status::Warn,
-            format!("loss spiked to {} at step {last_step}, over {}× the window median {} (one sample so far)", fmt(last), fmt(factor), fmt(base)),
-        ),
-        _ => CheckResult::new(
-            "loss_spike",
-            Status::Fail,
-            format!(
-                "loss has stayed over {}× the window median {} for {n} samples since step {}",
-                fmt(factor),
-                fmt(base),
-                first.unwrap_or(last_step)
-            ),
-        )
-        .diverged_at(first),
-    };
-    Some(r.observed(observed).expected(expected))
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::checks::tests::obs_with;
-    use super::super::onset::SpikeRun;
-    use super::super::Num;
     use super::*;
 
-    fn losses(vals: &[f64]) -> Observation {
+    pub(crate) fn losses(vals: &[f64]) -> Observation {
         obs_with(
             vals.iter()
                 .enumerate()
@@ -315,68 +206,66 @@ mod tests {
             since: 90,
             samples: 4,
         });
-        assert_eq!(loss(&o).unwrap().diverged_at, Some(90));
-    }
-
-    /// A spike that lasts longer than the window must not fade into a pass (which would clear
-    /// the fail and make the diverged checkpoints good again).
-    #[test]
-    fn a_spike_longer_than_the_window_still_fails_from_its_onset() {
-        let mut o = losses(&[6.0; 10]);
-        o.onsets.spike = Some(SpikeRun {
-            since: 40,
-            samples: 16,
-            base: Num(3.0),
-        });
-        let r = loss_spike(&o).unwrap();
-        assert_eq!(
-            (r.status, r.diverged_at),
-            (Status::Fail, Some(40)),
-            "{}",
-            r.reason
-        );
-        assert!(
-            r.reason.contains("for 16 samples since step 40"),
-            "{}",
-            r.reason
-        );
-        // The spike ended: the window decides again.
-        let mut o = losses(&[6.0, 6.0, 6.0, 3.0]);
-        o.onsets.spike = None;
-        assert_ne!(loss_spike(&o).unwrap().status, Status::Fail);
+        // A collapse to 0 is no divergence: its onset is `began_at`.
+        assert_eq!(loss(&o).unwrap().began_at, Some(90));
     }
 
     #[test]
     fn single_point_and_empty_window() {
         assert_eq!(loss(&losses(&[3.0])).unwrap().status, Status::Pass);
         assert_eq!(loss(&losses(&[])).unwrap().status, Status::Unknown);
-        assert_eq!(loss_slope(&losses(&[3.0])).unwrap().status, Status::Unknown);
-        assert_eq!(loss_spike(&losses(&[3.0])).unwrap().status, Status::Unknown);
     }
 
-    #[test]
-    fn slope_all_equal_is_zero_and_rising_warns() {
-        let flat = loss_slope(&losses(&[3.0; 8])).unwrap();
-        assert_eq!(flat.status, Status::Pass);
-        assert_eq!(flat.observed["per_1k_steps"], 0.0);
-        // +0.01 per 10 steps = +1 per 1k steps, over the 0.05 bound.
-        let rising: Vec<f64> = (0..10).map(|i| 3.0 + 0.01 * i as f64).collect();
-        let r = loss_slope(&losses(&rising)).unwrap();
-        assert_eq!(r.status, Status::Warn);
-        assert!(r.reason.contains("creeping up"), "{}", r.reason);
+    /// A deterministic N(0, sd) stream (an LCG and Box–Muller), so the noise is the same on
+    /// every machine.
+    pub(crate) fn noise(seed: u64, sd: f64) -> impl FnMut() -> f64 {
+        let mut x = seed;
+        let mut uniform = move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        move || {
+            let (u, v) = (uniform(), uniform());
+            sd * (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+        }
     }
 
+    /// Issue 18 item 5: with a NaN newest loss, no other loss check may pass on the finite
+    /// values before it.
     #[test]
-    fn spike_one_sample_warns_a_run_fails() {
-        let mut v = vec![3.0; 10];
-        v.push(6.0);
-        assert_eq!(loss_spike(&losses(&v)).unwrap().status, Status::Warn);
-        v.push(6.5);
-        let r = loss_spike(&losses(&v)).unwrap();
-        assert_eq!((r.status, r.diverged_at), (Status::Fail, Some(200)));
-        assert_eq!(
-            loss_spike(&losses(&[3.0; 10])).unwrap().status,
-            Status::Pass
-        );
+    fn a_nan_newest_loss_leaves_no_loss_check_passing() {
+        let mut v = vec![3.0; 20];
+        v.push(f64::NAN);
+        let o = losses(&v);
+        for r in [
+            super::super::slope::loss_slope(&o).unwrap(),
+            super::super::spike::loss_spike(&o).unwrap(),
+        ] {
+            assert_ne!(r.status, Status::Pass, "{}: {}", r.check, r.reason);
+            assert!(r.reason.contains("NaN"), "{}", r.reason);
+        }
+        assert_eq!(loss(&o).unwrap().status, Status::Fail);
+    }
+
+    /// Issue 18 item 8: a loss below its band (memorisation, a collapsed loss) fails but is no
+    /// divergence: no `diverged_at`, and it is marked so that rollback leaves it alone.
+    #[test]
+    fn a_loss_below_its_band_fails_without_a_divergence() {
+        let low = loss(&losses(&[3.0, 3.0, 3.0, 1.0, 0.9, 0.8, 0.7, 0.6])).unwrap();
+        assert_eq!(low.status, Status::Fail, "{}", low.reason);
+        assert!(low.reason.contains("below the band"), "{}", low.reason);
+        assert_eq!(low.diverged_at, None);
+        // Where it began is still recorded (checkpoints from then on are not good), under
+        // another name: `began_at`.
+        let began = |r: &CheckResult| serde_json::to_value(r).unwrap()["began_at"].as_u64();
+        assert_eq!(began(&low), Some(130));
+        let zero = loss(&losses(&[3.0, 3.0, 0.0])).unwrap();
+        assert_eq!((zero.status, zero.diverged_at), (Status::Fail, None));
+        assert_eq!(began(&zero), Some(120));
+        // Above the band is a divergence, with its onset.
+        let high = loss(&losses(&[3.0, 3.0, 7.0, 7.5, 8.0])).unwrap();
+        assert_eq!((high.status, high.diverged_at), (Status::Fail, Some(120)));
     }
 }

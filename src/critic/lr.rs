@@ -1,7 +1,7 @@
 //! The lr check: every logged lr in the window against `[schedule]`, per parameter group,
 //! and a plateau schedule by its contract.
 
-use super::{fmt, num, CheckResult, Observation, Status};
+use super::{fmt, num, CheckResult, Observation, Status, Unjudged};
 use crate::config::{kind_name, ScheduleConfig, ScheduleKind};
 use crate::metrics::{LR, LR_GROUPS};
 use crate::schedule;
@@ -18,6 +18,26 @@ pub fn lr(obs: &Observation) -> Option<CheckResult> {
         .iter()
         .rposition(|g| !obs.series(g).is_empty())
         .map_or(0, |i| i + 1);
+    if present == 0 && obs.rules >= 1 {
+        // A run that logs no lr may still declare its schedule for total_steps.
+        return Some(CheckResult::unjudged(
+            "lr",
+            Unjudged::Skipped,
+            obs.rules,
+            "no lr logged in the window: not judged (a schedule declared for total_steps needs no lr; if the run logs one, is [metrics] lr the right key?)",
+        ));
+    }
+    if s.total_steps.is_none() && crate::config::needs_total(s.kind) && obs.rules >= 1 {
+        return Some(CheckResult::unjudged(
+            "lr",
+            Unjudged::Waiting,
+            obs.rules,
+            format!(
+                "the {} schedule needs total_steps, and neither the config nor the log has said it yet",
+                kind_name(s.kind)
+            ),
+        ));
+    }
     let groups = declared.max(present).max(1);
     if groups == 1 {
         return Some(lr_group(obs, s, LR));

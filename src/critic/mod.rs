@@ -3,12 +3,17 @@
 //! (`loss.rs`, `checks.rs`, `stale.rs`), combined in `verdict.rs`. No I/O here: the same
 //! observation always gives the same verdict, which is what `critic --replay` proves.
 
+pub mod between;
 pub mod checks;
+#[cfg(test)]
+pub(crate) mod fixture;
 pub mod loss;
 pub mod lr;
 pub mod observe;
 pub mod onset;
 pub mod replay;
+pub mod slope;
+pub mod spike;
 pub mod stale;
 pub mod stats;
 pub mod verdict;
@@ -85,6 +90,35 @@ pub fn num(v: f64) -> Value {
     serde_json::to_value(Num(v)).expect("a number serialises")
 }
 
+/// The judging rules an observation is judged by. 0: before issue 18 (records without the
+/// field), where only the newest sample is judged, a slope is a point estimate and any
+/// `unknown` makes the verdict unknown. 1: every sample new since the last verdict is
+/// judged, the slope must clear its bound with its confidence interval, a spike keeps the
+/// level from before it until the loss returns near it, a NaN newest loss leaves no loss
+/// check passing, checks waiting for data do not decide the verdict, and a loss below its
+/// band is no divergence. Replay judges an old record by its old rules.
+pub const RULES: u32 = 1;
+
+/// Why a check is `unknown` without deciding the verdict (it stays `unknown`: never `pass`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unjudged {
+    /// Too few samples yet (the start of a phase): more will come.
+    Waiting,
+    /// This log or config cannot feed it (no lr logged; a window spanning too few steps for
+    /// a slope): the reason says what would.
+    Skipped,
+}
+
+impl Unjudged {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unjudged::Waiting => "waiting",
+            Unjudged::Skipped => "skipped",
+        }
+    }
+}
+
 /// One check's answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckResult {
@@ -97,6 +131,13 @@ pub struct CheckResult {
     /// Failing loss / loss_spike: the first step of the divergence (for rollback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diverged_at: Option<u64>,
+    /// A fail that is no divergence (the loss below its band or exactly 0): where it began.
+    /// Rollback leaves it alone; checkpoints from this step on are not good.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub began_at: Option<u64>,
+    /// Set on an `unknown` that does not decide the verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unjudged: Option<Unjudged>,
 }
 
 impl CheckResult {
@@ -108,7 +149,19 @@ impl CheckResult {
             expected: Value::Null,
             reason: reason.into(),
             diverged_at: None,
+            began_at: None,
+            unjudged: None,
         }
+    }
+    /// `unknown` for want of data; from rules 1 on, it does not decide the verdict.
+    pub fn unjudged(check: &str, why: Unjudged, rules: u32, reason: impl Into<String>) -> Self {
+        let mut r = CheckResult::new(check, Status::Unknown, reason);
+        r.unjudged = (rules >= 1).then_some(why);
+        r
+    }
+    pub fn began_at(mut self, step: Option<u64>) -> CheckResult {
+        self.began_at = step;
+        self
     }
     pub fn observed(mut self, v: Value) -> CheckResult {
         self.observed = v;
@@ -140,6 +193,9 @@ pub struct Thresholds {
     pub vram_max_gib: Option<f64>,
     pub stale_s: Option<f64>,
     pub window: usize,
+    /// Absent in records from before it (rules 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_slope_min_span: Option<u64>,
 }
 
 impl From<&PhaseConfig> for Thresholds {
@@ -158,6 +214,7 @@ impl From<&PhaseConfig> for Thresholds {
             vram_max_gib: p.vram_max_gib,
             stale_s: p.stale.map(|d| d.as_secs_f64()),
             window: p.window,
+            loss_slope_min_span: Some(p.loss_slope_min_span),
         }
     }
 }
@@ -186,6 +243,9 @@ pub struct Settings {
     pub eval_window: usize,
     pub band_samples: usize,
     pub min_samples: usize,
+    /// Absent in records from before it (rules 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_slope_confidence: Option<f64>,
 }
 
 /// One sample of the window, as archived.
@@ -249,8 +309,15 @@ pub struct Observation {
     /// the window (absent in observations archived before it existed: the window decides).
     #[serde(default)]
     pub onsets: onset::Onsets,
+    /// Loss and grad-norm events among the samples new since the last verdict (absent in
+    /// records from before it: only the newest sample was judged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub between: Option<between::Missed>,
     pub samples_total: u64,
     pub garbage_total: u64,
+    /// The judging rules ([`RULES`]); 0 in records from before the field.
+    #[serde(default)]
+    pub rules: u32,
 }
 
 impl Observation {

@@ -1,13 +1,15 @@
 //! Building an [`Observation`]: [`History`] keeps the run's current timeline (a resume that
 //! rewinds the step drops the abandoned future), the evals with the train loss before each,
-//! and when the step last advanced; [`observe`] cuts the phase's window out of it with the
-//! thresholds that apply. [`read_vram`] asks the GPU when the log carries no VRAM.
+//! when the step last advanced, and which steps are new since the last verdict; [`observe`]
+//! cuts the phase's window out of it with the thresholds that apply. [`read_vram`] asks the
+//! GPU when the log carries no VRAM.
 
+use super::between::Recorder;
 use super::onset::{PhaseRule, Rules, Tracker};
 use super::{EvalPoint, GpuVram, Num, ObsSample, Observation, Quiet, Settings, Thresholds};
 use crate::config::Config;
 use crate::gpu::GpuReader;
-use crate::metrics::{Record, EVAL_LOSS, LOSS, LR_GROUPS, METRICS, SLOTS};
+use crate::metrics::{Record, EVAL_LOSS, GRAD_NORM, LOSS, LR_GROUPS, METRICS, SLOTS};
 use std::collections::VecDeque;
 
 const EVALS_KEPT: usize = 64;
@@ -27,6 +29,10 @@ pub struct History {
     total_steps: Option<u64>,
     /// Where the loss's current bad runs began, over every sample (not only those kept).
     onsets: Tracker,
+    /// Loss and grad-norm events per sample, for those between two verdicts.
+    between: Recorder,
+    /// The first step not yet judged by a verdict (`None`: no verdict yet).
+    new_from: Option<u64>,
     pub samples_total: u64,
     pub garbage_total: u64,
 }
@@ -35,23 +41,43 @@ impl History {
     /// Keeps enough samples for the largest phase window.
     pub fn new(cfg: &Config) -> History {
         let widest = cfg.phases.iter().map(|p| p.window).max().unwrap_or(50);
+        let rules = Rules {
+            phases: cfg
+                .phases
+                .iter()
+                .map(|p| PhaseRule {
+                    from: p.from,
+                    to: p.to,
+                    band: p.loss.map(|b| [b.lo, b.hi]),
+                    spike: p.loss_spike,
+                    grad_spike: p.grad_norm_spike,
+                    window: p.window,
+                })
+                .collect(),
+            min_samples: cfg.critic.min_samples,
+            band_samples: cfg.critic.band_samples,
+            grad_nonfinite_consecutive: cfg.critic.grad_nonfinite_consecutive,
+        };
         History {
             cap: widest.max(64) + 8,
-            onsets: Tracker::new(Rules {
-                phases: cfg
-                    .phases
-                    .iter()
-                    .map(|p| PhaseRule {
-                        from: p.from,
-                        to: p.to,
-                        band: p.loss.map(|b| [b.lo, b.hi]),
-                        spike: p.loss_spike,
-                        window: p.window,
-                    })
-                    .collect(),
-                min_samples: cfg.critic.min_samples,
-            }),
+            onsets: Tracker::new(rules.clone()),
+            between: Recorder::new(rules),
             ..Default::default()
+        }
+    }
+
+    /// A verdict judged everything up to the newest step: what comes next is new.
+    pub fn judged(&mut self) {
+        if let Some(s) = self.last_step {
+            self.new_from = Some(s + 1);
+        }
+    }
+
+    /// The last verdict (read from the ledger) judged up to `step`. Ignored when the
+    /// timeline is now behind it (a resume since then): the window is judged.
+    pub fn judged_through(&mut self, step: u64) {
+        if self.last_step.is_some_and(|l| l >= step) {
+            self.new_from = Some(step + 1);
         }
     }
 
@@ -76,6 +102,8 @@ impl History {
                     .filter_map(|r| r.get(LOSS).map(|l| (r.step, l)))
                     .collect();
                 self.onsets.rewind(s.step, &dropped, &kept);
+                self.between.rewind(s.step);
+                self.new_from = self.new_from.map(|f| f.min(s.step));
                 self.evals.retain(|e| e.step <= s.step);
                 self.last_step = Some(s.step);
                 self.advanced_at = s.time;
@@ -92,8 +120,12 @@ impl History {
         if let Some(t) = s.time {
             self.last_sample_at = Some(self.last_sample_at.map_or(t, |l| l.max(t)));
         }
+        if let Some(g) = s.get(GRAD_NORM) {
+            self.between.grad(s.step, g);
+        }
         if let Some(l) = s.get(LOSS) {
             self.onsets.push(s.step, l);
+            self.between.loss(s.step, l, &self.onsets.now);
             self.pending_train.push_back(l);
             if self.pending_train.len() > TRAIN_PER_EVAL {
                 self.pending_train.pop_front();
@@ -129,7 +161,9 @@ impl History {
         let rules = std::mem::take(&mut self.onsets).into_rules();
         *self = History {
             cap: self.cap,
-            onsets: Tracker::new(rules),
+            onsets: Tracker::new(rules.clone()),
+            between: Recorder::new(rules),
+            new_from: self.new_from,
             garbage_total: garbage,
             ..Default::default()
         };
@@ -145,6 +179,7 @@ pub fn settings(cfg: &Config) -> Settings {
         eval_window: cfg.critic.eval_window,
         band_samples: cfg.critic.band_samples,
         min_samples: cfg.critic.min_samples,
+        loss_slope_confidence: Some(cfg.critic.loss_slope_confidence),
     }
 }
 
@@ -173,6 +208,11 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
                 .collect()
         }
     };
+    // New since the last verdict; before any, the window's samples.
+    let between = h
+        .new_from
+        .or(window.first().map(|s| s.step))
+        .map(|from| h.between.since(from));
     Observation {
         now,
         config_hash: cfg.hash.clone(),
@@ -190,10 +230,12 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
         evals: h.evals.clone(),
         last_sample_at: h.last_sample_at,
         advanced_at: h.advanced_at,
+        between,
         gpu_vram,
         onsets: h.onsets.now,
         samples_total: h.samples_total,
         garbage_total: h.garbage_total,
+        rules: super::RULES,
     }
 }
 

@@ -17,7 +17,9 @@ pub struct Run {
 }
 
 /// A trailing run of finite losses over `loss_spike` × `base`, the median of the phase's
-/// window before the run began (frozen, so a long run does not lift its own median).
+/// window before the run began (frozen, so a long run does not lift its own median). Once it
+/// is an excursion (two samples or more) it lasts until the loss is back near `base` (see
+/// [`near`]), not merely under the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SpikeRun {
     pub since: u64,
@@ -43,22 +45,44 @@ pub struct Onsets {
     pub spike: Option<SpikeRun>,
 }
 
-/// What the tracker needs of a declared phase.
+/// What the trackers need of a declared phase.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PhaseRule {
     pub from: u64,
     pub to: Option<u64>,
     pub band: Option<[f64; 2]>,
     pub spike: Option<f64>,
+    pub grad_spike: Option<f64>,
     pub window: usize,
 }
 
-/// The phases in config order (the first match wins, as in `Config::phase_for`) and
-/// `[critic] min_samples`.
+impl PhaseRule {
+    pub fn contains(&self, step: u64) -> bool {
+        step >= self.from && self.to.is_none_or(|t| step < t)
+    }
+}
+
+/// The phases in config order (the first match wins, as in `Config::phase_for`) and the
+/// `[critic]` settings the trackers use.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Rules {
     pub phases: Vec<PhaseRule>,
     pub min_samples: usize,
+    pub band_samples: usize,
+    pub grad_nonfinite_consecutive: usize,
+}
+
+impl Rules {
+    pub fn phase(&self, step: u64) -> Option<&PhaseRule> {
+        self.phases.iter().find(|p| p.contains(step))
+    }
+}
+
+/// An excursion is over when the median of the newest `band_samples` losses is back within
+/// this many × the level before it: halfway from that level to the spike limit, so a loss
+/// hovering at the limit does not flap between fail and pass.
+pub fn near(factor: f64) -> f64 {
+    1.0 + (factor - 1.0) / 2.0
 }
 
 #[derive(Debug, Clone, Default)]
@@ -99,10 +123,7 @@ impl Tracker {
     }
 
     fn phase(&self, step: u64) -> Option<&PhaseRule> {
-        self.rules
-            .phases
-            .iter()
-            .find(|p| step >= p.from && p.to.is_none_or(|t| step < t))
+        self.rules.phase(step)
     }
 
     /// One more loss sample, in log order.
@@ -113,6 +134,12 @@ impl Tracker {
             .and_then(|p| p.band)
             .is_some_and(|[lo, hi]| !(lo..=hi).contains(&loss));
         let spike = self.spike(step, loss, phase.as_ref());
+        if let (Some(r), None) = (self.now.spike, spike) {
+            if r.samples >= 2 {
+                // The excursion is over: its losses are no baseline for the next spike.
+                self.recent.retain(|(s, _)| *s < r.since);
+            }
+        }
         self.now = Onsets {
             nonfinite: extend(self.now.nonfinite, step, !loss.is_finite()),
             zero: extend(self.now.zero, step, loss == 0.0),
@@ -144,7 +171,16 @@ impl Tracker {
         let p = phase?;
         let factor = p.spike?;
         if let Some(r) = self.now.spike {
-            return (loss > factor * r.base.0).then_some(SpikeRun {
+            let base = r.base.0;
+            let over = loss > factor * base
+                || (r.samples >= 2 && {
+                    // An excursion: a dip under the limit does not end it, a return near base does.
+                    let k = self.rules.band_samples.max(1);
+                    let newest = self.recent.iter().rev().take(k - 1).map(|p| p.1);
+                    super::stats::median(newest.chain([loss]))
+                        .is_some_and(|m| m > near(factor) * base)
+                });
+            return over.then_some(SpikeRun {
                 samples: r.samples + 1,
                 ..r
             });
@@ -152,7 +188,7 @@ impl Tracker {
         let before: Vec<f64> = self
             .recent
             .iter()
-            .filter(|(s, _)| *s >= p.from && p.to.is_none_or(|t| *s < t))
+            .filter(|(s, _)| p.contains(*s))
             .map(|(_, v)| *v)
             .collect();
         let before = &before[before.len().saturating_sub(p.window.saturating_sub(1))..];
@@ -238,10 +274,13 @@ mod tests {
                     to,
                     band,
                     spike,
+                    grad_spike: None,
                     window: 10,
                 })
                 .collect(),
             min_samples: 5,
+            band_samples: 5,
+            grad_nonfinite_consecutive: 3,
         }
     }
 
@@ -265,8 +304,21 @@ mod tests {
         }
         let r = t.now.spike.unwrap();
         assert_eq!((r.since, r.samples, r.base), (20, 40, Num(3.0)));
+        // Under 1.5 × 3 but not near 3 (1.25 × 3): the excursion goes on; it ends once the
+        // median of the newest 5 is back near 3, and its losses leave the baseline.
         t.push(60, 4.4);
-        assert_eq!(t.now.spike, None, "under 1.5 × 3");
+        assert_eq!(t.now.spike.map(|r| r.samples), Some(41));
+        for s in 61..63 {
+            t.push(s, 3.0);
+            assert!(t.now.spike.is_some(), "median 4.4 at {s}");
+        }
+        t.push(63, 3.0);
+        assert_eq!(t.now.spike, None);
+        assert!(
+            t.recent.iter().all(|(s, _)| *s < 20 || *s >= 63),
+            "{:?}",
+            t.recent
+        );
         // A rewind into the run keeps it, shorter by what was dropped.
         let mut t = Tracker::new(rules(vec![(0, None, None, Some(1.5))]));
         let series: Vec<(u64, f64)> = (0..60)

@@ -1,7 +1,7 @@
 //! Combining checks into a verdict (`fail` > `warn` > `unknown` > `pass`), and the verdict's
 //! ledger record. [`judge`] is the whole pure path from an observation to a verdict.
 
-use super::{checks, loss, stale, CheckResult, Observation, Status, CHECKS};
+use super::{between, checks, loss, slope, spike, stale, CheckResult, Observation, Status, CHECKS};
 use crate::ledger::{Entry, Kind};
 use serde::{Deserialize, Serialize};
 
@@ -44,8 +44,8 @@ pub fn judge(obs: &Observation) -> Verdict {
     let all: [(&str, Check); 9] = [
         ("lr", checks::lr),
         ("loss", loss::loss),
-        ("loss_slope", loss::loss_slope),
-        ("loss_spike", loss::loss_spike),
+        ("loss_slope", slope::loss_slope),
+        ("loss_spike", spike::loss_spike),
         ("grad_norm", checks::grad_norm),
         ("eval", checks::eval),
         ("tokens_per_s", checks::tokens_per_s),
@@ -61,11 +61,16 @@ pub fn judge(obs: &Observation) -> Verdict {
             None => {}
         }
     }
+    if obs.rules >= 1 {
+        between::apply(obs, &mut results);
+    }
     stale::apply(&mut results);
     assemble(obs, results, skipped, Vec::new())
 }
 
-/// Sort worst first and take the worst status. `flapping` is carried, not acted on.
+/// Sort worst first and take the worst status of the checks that judged: one waiting for
+/// data or skipped ([`super::Unjudged`]) is listed but does not decide, so with none left
+/// the verdict is `unknown`. `flapping` is carried, not acted on.
 pub fn assemble(
     obs: &Observation,
     mut checks: Vec<CheckResult>,
@@ -76,6 +81,7 @@ pub fn assemble(
     checks.sort_by(|a, b| b.status.cmp(&a.status).then(order(a).cmp(&order(b))));
     let status = checks
         .iter()
+        .filter(|c| c.unjudged.is_none())
         .map(|c| c.status)
         .max()
         .unwrap_or(Status::Unknown);
@@ -179,6 +185,76 @@ mod tests {
             .iter()
             .any(|c| c.check == "phase" && c.status == Status::Unknown));
         assert_eq!(v.diverged_at(), Some(5));
+    }
+
+    /// Issue 18 item 6: at the start of a phase the trend checks wait for samples; they say
+    /// so, and the verdict is what the judged checks say (exit 0), not UNKNOWN.
+    #[test]
+    fn a_check_waiting_for_samples_does_not_make_the_verdict_unknown() {
+        let s = o_sched().unwrap();
+        let o = obs_with(
+            (0..3)
+                .map(|i| {
+                    let step = 500 + 10 * i;
+                    let lr = crate::schedule::expected(&s, step);
+                    let vals = vec![
+                        ("loss", 3.0),
+                        ("lr", lr),
+                        ("grad_norm", 0.5),
+                        ("tokens_per_s", 5e4),
+                        ("vram_gib", 20.0),
+                    ];
+                    (step, vals)
+                })
+                .collect(),
+        );
+        let v = judge(&o);
+        assert_eq!(v.status, Status::Pass, "{v:#?}");
+        assert_eq!(v.status.exit_code(), 0);
+        for name in ["loss_slope", "loss_spike"] {
+            let c = v.checks.iter().find(|c| c.check == name).unwrap();
+            assert_eq!(c.status, Status::Unknown, "{c:?}");
+            assert_eq!(
+                serde_json::to_value(c).unwrap()["unjudged"],
+                "waiting",
+                "{c:?}"
+            );
+        }
+        // No loss at all is no judgement: unknown, whatever else passes.
+        let o = obs_with(vec![
+            (500, vec![("grad_norm", 0.5)]),
+            (510, vec![("grad_norm", 0.5)]),
+        ]);
+        assert_eq!(judge(&o).status, Status::Unknown);
+        // Nothing at all: unknown.
+        assert_eq!(judge(&obs_with(vec![])).status, Status::Unknown);
+    }
+
+    /// Issue 18 item 6: a run that logs no lr, with a schedule declared for its total_steps:
+    /// finished, it is not stale, and the lr check is skipped with its reason.
+    #[test]
+    fn a_finished_run_without_logged_lr_passes_with_lr_skipped() {
+        let mut o = obs_with(
+            (0..20)
+                .map(|i| (910 + 10 * i, vec![("loss", 3.0)]))
+                .collect(),
+        );
+        let p = o.phase.as_mut().unwrap();
+        (
+            p.grad_norm_max,
+            p.grad_norm_spike,
+            p.tokens_per_s_min,
+            p.vram_max_gib,
+        ) = (None, None, None, None);
+        o.now += 86_400.0;
+        let v = judge(&o);
+        assert_eq!(v.status, Status::Pass, "{v:#?}");
+        let stale = v.checks.iter().find(|c| c.check == "stale").unwrap();
+        assert!(stale.reason.contains("finished"), "{}", stale.reason);
+        let lr = v.checks.iter().find(|c| c.check == "lr").unwrap();
+        assert_eq!(lr.status, Status::Unknown);
+        assert!(lr.reason.contains("no lr"), "{}", lr.reason);
+        assert_eq!(serde_json::to_value(lr).unwrap()["unjudged"], "skipped");
     }
 
     #[test]

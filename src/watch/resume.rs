@@ -103,8 +103,9 @@ impl Rollback {
     }
 }
 
-/// The first `fail` check in a new verdict of `run` whose name is in `rollback_on`.
-/// The divergence step is the check's `diverged_at`, else the verdict's step.
+/// The first `fail` check in a new verdict of `run` whose name is in `rollback_on` and that
+/// is a divergence: one with `began_at` (a loss below its band or exactly 0: a collapse) is
+/// not. The divergence step is the check's `diverged_at`, else the verdict's step.
 pub fn rollback_trigger(rec: &Record, run: &str, rollback_on: &[String]) -> Option<Rollback> {
     if rec.kind != Kind::Verdict || rec.run != run || rec.str_field("status") != Some("fail") {
         return None;
@@ -112,7 +113,10 @@ pub fn rollback_trigger(rec: &Record, run: &str, rollback_on: &[String]) -> Opti
     let checks = rec.get("checks")?.as_array()?;
     checks.iter().find_map(|c| {
         let name = c.get("check")?.as_str()?;
-        if c.get("status")?.as_str()? != "fail" || !rollback_on.iter().any(|r| r == name) {
+        if c.get("status")?.as_str()? != "fail"
+            || !rollback_on.iter().any(|r| r == name)
+            || c.get("began_at").is_some_and(|b| !b.is_null())
+        {
             return None;
         }
         let diverged_at = c.get("diverged_at").and_then(|v| v.as_u64()).or(rec.step)?;
@@ -176,6 +180,33 @@ mod tests {
             ),
             vec!["--resume", ""]
         );
+    }
+
+    /// Issue 18 item 8: the critic's own verdict on a loss collapsed below its band (a fail,
+    /// no divergence) does not roll back; one on a loss above its band does, from its onset.
+    #[test]
+    fn a_loss_below_its_band_is_no_rollback() {
+        use crate::critic::{checks::tests::obs_with, judge};
+        let verdict = |vals: &[f64]| {
+            let o = obs_with(
+                vals.iter()
+                    .enumerate()
+                    .map(|(i, v)| (500 + 10 * i as u64, vec![("loss", *v)]))
+                    .collect(),
+            );
+            judge(&o).entry("r", &o)
+        };
+        let recs = records(vec![
+            verdict(&[3.0, 3.0, 3.0, 0.4, 0.3, 0.3, 0.2, 0.2]),
+            verdict(&[3.0, 3.0, 3.0, 0.0]),
+            verdict(&[3.0, 3.0, 3.0, 9.0, 9.5, 9.9, 9.8, 9.7]),
+        ]);
+        let on = vec!["loss".to_string()];
+        assert_eq!(recs[0].str_field("status"), Some("fail"));
+        assert_eq!(rollback_trigger(&recs[0], "r", &on), None);
+        assert_eq!(rollback_trigger(&recs[1], "r", &on), None);
+        let up = rollback_trigger(&recs[2], "r", &on).expect("a divergence rolls back");
+        assert_eq!((up.check.as_str(), up.diverged_at), ("loss", 530));
     }
 
     #[test]
