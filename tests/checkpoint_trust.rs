@@ -52,13 +52,23 @@ fn fail_verdict(env: &Env, step: u64, diverged_at: Option<u64>) {
 
 /// `roger watch` over a run that only writes down the resume point it was handed and exits 0.
 fn resume_point(env: &Env) -> String {
-    let args = [
-        "watch",
-        "--",
-        "sh",
-        "-c",
-        "printf %s \"$ROGER_RESUME_CKPT\" > resumed.txt",
-    ];
+    let out = watch_to_the_end(
+        env,
+        &["sh", "-c", "printf %s \"$ROGER_RESUME_CKPT\" > resumed.txt"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    env.read("resumed.txt")
+}
+
+/// `roger watch -- CMD...` run to its end (bounded), stderr captured.
+fn watch_to_the_end(env: &Env, cmd: &[&str]) -> std::process::Output {
+    let mut args = vec!["watch", "--"];
+    args.extend_from_slice(cmd);
     let mut c = env.cmd(&args);
     c.stdout(Stdio::null()).stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
@@ -73,14 +83,7 @@ fn resume_point(env: &Env) -> String {
         }
         std::thread::sleep(Duration::from_millis(30));
     }
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    env.read("resumed.txt")
+    child.wait_with_output().unwrap()
 }
 
 /// Item 5: with keep_last = 2, the only checkpoint before a standing fail outlives the
@@ -437,18 +440,7 @@ fn a_relaunch_finishes_a_publish_the_dead_run_left_half_done() {
          touch launched; ROGER_FAILPOINT=after_rename {} publish out/ckpt-10.bin; exit 1",
         roger.display()
     );
-    let mut c = env.cmd(&["watch", "--", "sh", "-c", &script]);
-    c.stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let t0 = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("roger watch did not finish");
-        }
-        std::thread::sleep(Duration::from_millis(30));
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = watch_to_the_end(&env, &["sh", "-c", &script]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let resumed = env.read("resumed.txt");

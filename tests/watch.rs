@@ -126,30 +126,30 @@ fn watch_args(env: &Env, pre: &[&str], train: Vec<String>) -> Vec<String> {
     v
 }
 
-fn records(env: &Env) -> Vec<Record> {
+pub(crate) fn records(env: &Env) -> Vec<Record> {
     Ledger::new(env.path("roger-ledger.jsonl"))
         .records()
         .unwrap()
 }
 
-fn of(recs: &[Record], kind: Kind) -> Vec<&Record> {
+pub(crate) fn of(recs: &[Record], kind: Kind) -> Vec<&Record> {
     recs.iter().filter(|r| r.kind == kind).collect()
 }
 
-fn event<'a>(recs: &'a [Record], name: &str) -> Vec<&'a Record> {
+pub(crate) fn event<'a>(recs: &'a [Record], name: &str) -> Vec<&'a Record> {
     recs.iter()
         .filter(|r| r.kind == Kind::Watch && r.str_field("event") == Some(name))
         .collect()
 }
 
-fn pids(env: &Env) -> Vec<u32> {
+pub(crate) fn pids(env: &Env) -> Vec<u32> {
     env.read("pids.txt")
         .lines()
         .filter_map(|l| l.trim().parse().ok())
         .collect()
 }
 
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| {
             let state = s.rsplit(')').next().unwrap_or("").split_whitespace().next();

@@ -334,13 +334,14 @@ pub fn read_vram(reader: &mut dyn GpuReader, pids: &[u32]) -> GpuVram {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::gpu::{FakeGpu, GpuError, GpuInfo, GpuProcess, GpuSnapshot};
     use crate::metrics::Sample;
     use std::collections::BTreeMap;
 
-    fn s(step: u64, loss: f64, t: f64) -> Sample {
+    /// A sample with only a loss, at `step` and time `t`.
+    pub(crate) fn s(step: u64, loss: f64, t: f64) -> Sample {
         Sample {
             step,
             time: Some(t),

@@ -149,20 +149,12 @@ fn nonfinite(obs: &Observation, factor: f64, step: u64, v: f64) -> CheckResult {
 mod tests {
     use super::super::loss::tests::losses;
     use super::super::loss::tests::noise;
+    use super::super::observe::tests::s;
     use super::super::observe::{observe, History};
     use super::super::onset::SpikeRun;
     use super::super::Num;
     use super::*;
     use crate::config::Config;
-    use crate::metrics::Sample;
-
-    fn s(step: u64, loss: f64, t: f64) -> Sample {
-        Sample {
-            step,
-            time: Some(t),
-            values: std::collections::BTreeMap::from([("loss".to_string(), loss)]),
-        }
-    }
 
     fn spike_status(h: &History, c: &Config) -> (crate::critic::Status, String) {
         let v = crate::critic::judge(&observe(h, c, 1e9, None));

@@ -11,31 +11,10 @@ mod stops;
 mod verdicts;
 
 use crate::util::{self, Env, Run};
+pub(crate) use crate::watch::{alive, event, fake_train, of, pids, records};
 use roger::ledger::{Entry, Kind, Ledger, Record};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Once;
 use std::time::{Duration, Instant};
-
-static BUILD: Once = Once::new();
-
-fn fake_train() -> PathBuf {
-    BUILD.call_once(|| {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "--example", "fake_train"])
-            .current_dir(util::repo_root())
-            .status()
-            .expect("running cargo build --example fake_train");
-        assert!(st.success(), "building fake_train failed");
-    });
-    let p = util::roger_bin()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("fake_train");
-    assert!(p.exists(), "{} missing", p.display());
-    p
-}
 
 const BASE: &str = r#"
 [run]
@@ -165,36 +144,6 @@ fn wait_child(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
 
 fn ledger(env: &Env) -> Ledger {
     Ledger::new(env.path("roger-ledger.jsonl"))
-}
-
-fn records(env: &Env) -> Vec<Record> {
-    ledger(env).records().unwrap()
-}
-
-fn of(recs: &[Record], kind: Kind) -> Vec<&Record> {
-    recs.iter().filter(|r| r.kind == kind).collect()
-}
-
-fn event<'a>(recs: &'a [Record], name: &str) -> Vec<&'a Record> {
-    recs.iter()
-        .filter(|r| r.kind == Kind::Watch && r.str_field("event") == Some(name))
-        .collect()
-}
-
-fn pids(env: &Env) -> Vec<u32> {
-    env.read("pids.txt")
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            let state = s.rsplit(')').next().unwrap_or("").split_whitespace().next();
-            !matches!(state, Some("Z") | Some("X"))
-        })
-        .unwrap_or(false)
 }
 
 fn signal(pid: u32, sig: nix::sys::signal::Signal) {
