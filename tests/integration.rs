@@ -13,4 +13,5 @@ mod probe;
 mod publish;
 mod quarantine;
 mod real_configs;
+mod real_logs;
 mod watch;
