@@ -15,6 +15,7 @@ mod probe;
 mod publish;
 mod quarantine;
 mod real_configs;
+mod real_logs;
 mod untrusted_ledger;
 mod watch;
 mod watch_lifecycle;
