@@ -338,7 +338,6 @@ fn per_check(m: &BTreeMap<String, Vec<String>>) -> String {
 }
 
 #[test]
-#[ignore = "fails until issue 18 items 2-4 land (critic18): loss_slope warns on healthy noise, a spike between two reads is missed, the spike baseline follows an explosion up; and the whisper log's 4-decimal loss (0.0001 -> 0.0002) trips loss_spike. Run: cargo test --test integration real_logs -- --ignored --nocapture"]
 fn real_logs_judged_live_have_no_false_alarms_and_no_misses() {
     let results: Mutex<BTreeMap<usize, Tally>> = Mutex::default();
     let next = AtomicUsize::new(0);

@@ -5,7 +5,7 @@
 
 use super::loss::{nonfinite_newest, trailing_run};
 use super::onset::near;
-use super::stats::median;
+use super::stats::{median, printed_resolution};
 use super::{fmt, num, CheckResult, Observation, Status, Unjudged};
 use crate::metrics::LOSS;
 use serde_json::json;
@@ -71,9 +71,28 @@ pub fn loss_spike(obs: &Observation) -> Option<CheckResult> {
         ),
         None => (n, first, base, limit),
     };
+    // A loss printed at 4 decimals reads 2e-4 after 1e-4: twice the median, one rounding
+    // step apart. One sample is a spike only if it is one whatever the rounding hid.
+    let resolution = printed_resolution(series.iter().map(|p| p.1));
+    let rounding = obs.rules >= 1
+        && n == 1
+        && resolution > 0.0
+        && last - resolution / 2.0 <= factor * (base + resolution / 2.0);
+    let n = if rounding { 0 } else { n };
     let observed = json!({"step": last_step, "loss": num(last), "median": num(base), "run": n});
     let expected = json!({"factor": factor, "max": num(limit)});
     let r = match n {
+        0 if rounding => CheckResult::new(
+            "loss_spike",
+            Status::Pass,
+            format!(
+                "loss {} is over {}× the window median {} only by the log's printed resolution {}: not a spike",
+                fmt(last),
+                fmt(factor),
+                fmt(base),
+                fmt(resolution)
+            ),
+        ),
         0 => CheckResult::new(
             "loss_spike",
             Status::Pass,
@@ -275,6 +294,32 @@ mod tests {
         let mut o = losses(&[6.0, 6.0, 6.0, 3.0]);
         o.onsets.spike = None;
         assert_ne!(loss_spike(&o).unwrap().status, Status::Fail);
+    }
+
+    /// Issue 18: a loss printed at 4 decimals (HF Trainer's Whisper run, 1e-4 → 2e-4 at step
+    /// 4900) is not a spike; a real one at that resolution still is.
+    #[test]
+    fn a_rounding_step_is_not_a_spike() {
+        let mut v = vec![1e-4; 10];
+        v.push(2e-4);
+        let r = loss_spike(&losses(&v)).unwrap();
+        assert_eq!(r.status, Status::Pass, "{}", r.reason);
+        assert!(r.reason.contains("printed resolution"), "{}", r.reason);
+        v.pop();
+        v.push(4e-4);
+        assert_eq!(loss_spike(&losses(&v)).unwrap().status, Status::Warn);
+        let mut real = vec![3.6039; 10];
+        real.push(5.5);
+        assert_eq!(loss_spike(&losses(&real)).unwrap().status, Status::Warn);
+    }
+
+    #[test]
+    fn printed_resolution_is_the_finest_decimal_the_values_need() {
+        use super::super::stats::printed_resolution as res;
+        assert_eq!(res([1e-4, 2e-4, 0.5]), 1e-4);
+        assert_eq!(res([3.6039, 3.5]), 1e-4);
+        assert_eq!(res([3.0, 6.0]), 0.0);
+        assert_eq!(res([3.603912345678901]), 0.0);
     }
 
     #[test]

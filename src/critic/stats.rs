@@ -3,6 +3,30 @@
 //! few points give `None`.
 
 /// Median of the finite values.
+/// The resolution a log printed these values at: 10^-d for the fewest decimals d (1..=10)
+/// that hold every one of them exactly, else 0 (full-precision floats). Whole numbers alone
+/// say nothing (test data, a loss of exactly 3), so they give 0 too.
+pub fn printed_resolution(values: impl IntoIterator<Item = f64>) -> f64 {
+    let decimals = |v: f64| {
+        (0..=10).find(|&d| {
+            let scaled = v * 10f64.powi(d);
+            (scaled - scaled.round()).abs() <= 1e-6 + scaled.abs() * 1e-12
+        })
+    };
+    let mut finest = 0;
+    for v in values.into_iter().filter(|v| v.is_finite()) {
+        match decimals(v) {
+            Some(d) => finest = finest.max(d),
+            None => return 0.0,
+        }
+    }
+    if finest == 0 {
+        0.0
+    } else {
+        10f64.powi(-finest)
+    }
+}
+
 pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
     let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
