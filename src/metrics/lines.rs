@@ -26,8 +26,13 @@ pub fn feed(
         return 0;
     };
     let data = &data[..=last_nl];
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if data.len() >= PARALLEL_MIN && threads > 1 {
+    // available_parallelism reads cgroup files: not for every small daemon tick.
+    let threads = if data.len() >= PARALLEL_MIN {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        1
+    };
+    if threads > 1 {
         if let Some(forks) = (1..threads)
             .map(|_| parser.fork())
             .collect::<Option<Vec<_>>>()

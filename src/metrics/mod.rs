@@ -253,8 +253,11 @@ fn to_samples(records: &[Record], mtime: Option<f64>) -> Vec<Sample> {
             })
             .collect()
     };
+    if records.len() < 100_000 {
+        return convert(records);
+    }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if threads < 2 || records.len() < 100_000 {
+    if threads < 2 {
         return convert(records);
     }
     let per = records.len().div_ceil(threads);
