@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// The corpus, in the order of the printed table (SOURCES.md says where each came from).
-const LOGS: [&str; 11] = [
+const LOGS: [&str; 12] = [
     "hf-whisper-5k.json",
     "hf-qwen3-8b-cpt.json",
     "jsonl-llamafactory-qwen-medical-qlora.jsonl",
@@ -29,6 +29,7 @@ const LOGS: [&str; 11] = [
     "text-modded-nanogpt-record.txt",
     "text-modded-nanogpt-20runs-appended.txt",
     "text-llmc-gpt2-124m.txt",
+    "text-algoperf-shampoo-criteo1tb-nan.txt",
     "csv-lightning-byol3d-spikes.csv",
     "csv-lightning-byol3d-warmup-rise.csv",
     "csv-lightning-byol3d-resume.csv",
@@ -102,6 +103,9 @@ fn line_step(log: &str, line: &str) -> Option<u64> {
         v["current_steps"].as_u64()
     } else if log.ends_with(".csv") {
         digits(line.split(',').nth(1)?)
+    } else if let Some(i) = line.find("] global_step=") {
+        // AlgoPerf's training line; its eval line has `global_step=` after other keys.
+        digits(&line[i + "] global_step=".len()..])
     } else if let Some(rest) = line.strip_prefix("step:") {
         digits(rest)
     } else {
