@@ -21,7 +21,7 @@ fn verdicts(env: &Env) -> Vec<Record> {
         .collect()
 }
 
-fn check<'a>(v: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn check<'a>(v: &'a Value, name: &str) -> &'a Value {
     v["checks"]
         .as_array()
         .unwrap()
@@ -30,7 +30,7 @@ fn check<'a>(v: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no check {name} in {v:#}"))
 }
 
-fn json_out(run: &crate::util::Run) -> Value {
+pub(crate) fn json_out(run: &crate::util::Run) -> Value {
     serde_json::from_str(run.stdout().trim()).unwrap_or_else(|e| panic!("{e}\n{}", run.report()))
 }
 

@@ -2,8 +2,8 @@
 //! replay as filed; a spike between two `--once` reads is reported by the second; a phase
 //! that has just begun passes with its trend checks waiting.
 
+use crate::critic::{check, json_out};
 use crate::util::{repo_root, Env};
-use serde_json::Value;
 
 const PHASE: &str = r#"
 [run]
@@ -26,19 +26,6 @@ fn line(step: u64, loss: f64, grad: f64) -> String {
         "{{\"step\": {step}, \"time\": {}, \"loss\": {loss}, \"grad_norm\": {grad}}}\n",
         1_700_000_000 + step
     )
-}
-
-fn json_out(run: &crate::util::Run) -> Value {
-    serde_json::from_str(run.stdout().trim()).unwrap_or_else(|e| panic!("{e}\n{}", run.report()))
-}
-
-fn check<'a>(v: &'a Value, name: &str) -> &'a Value {
-    v["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["check"] == name)
-        .unwrap_or_else(|| panic!("no check {name} in {v:#}"))
 }
 
 /// Seven verdicts filed by roger before issue 18 (tests/fixtures/critic_v0: NaN newest, a

@@ -4,6 +4,7 @@
 //! log, Lightning's version_N directories, elapsed clocks, derived tokens/s, partial lines,
 //! stepless entries and the true count of unreadable lines.
 
+use crate::critic::check;
 use crate::util::Env;
 use serde_json::Value;
 use std::f64::consts::PI;
@@ -13,15 +14,6 @@ fn critic_json(env: &Env) -> (crate::util::Run, Value) {
     let v = serde_json::from_str(run.stdout().trim())
         .unwrap_or_else(|e| panic!("{e}\n{}", run.report()));
     (run, v)
-}
-
-fn check<'a>(v: &'a Value, name: &str) -> &'a Value {
-    v["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["check"] == name)
-        .unwrap_or_else(|| panic!("no check {name} in {v:#}"))
 }
 
 fn jsonl(lines: impl IntoIterator<Item = Value>) -> String {

@@ -71,7 +71,7 @@ fn train_argv(env: &Env, cues: &[&str]) -> Vec<String> {
     v
 }
 
-fn roger(env: &Env, args: &[String]) -> Command {
+pub(crate) fn roger(env: &Env, args: &[String]) -> Command {
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut c = env.cmd(&refs);
     c.env("ROGER_BIN", util::roger_bin())
@@ -100,7 +100,7 @@ fn finish(env: &Env, mut c: Command, args: &[String]) -> Run {
     }
 }
 
-fn wait_child(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+pub(crate) fn wait_child(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let t0 = Instant::now();
     loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -168,7 +168,7 @@ fn steps_logged(env: &Env) -> Vec<u64> {
         .collect()
 }
 
-fn poll_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+pub(crate) fn poll_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !f() {
         assert!(t0.elapsed() < limit, "timed out waiting for {what}");

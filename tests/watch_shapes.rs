@@ -4,7 +4,8 @@
 //! on outcomes (ledger records, states, call counts bounded by elapsed time), never durations.
 
 use crate::util::{self, Env, Run};
-use roger::ledger::{Kind, Ledger, Record};
+use crate::watch::records;
+use roger::ledger::{Kind, Record};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -73,12 +74,6 @@ fn watch(env: &Env, argv: &[String], path: Option<&std::path::Path>) -> (Run, Du
         listing: util::listing(env.dir.path()),
     };
     (run, wall)
-}
-
-fn records(env: &Env) -> Vec<Record> {
-    Ledger::new(env.path("roger-ledger.jsonl"))
-        .records()
-        .unwrap()
 }
 
 /// No kill record, no wedge state reported, and the watch ended with the run's exit 0.

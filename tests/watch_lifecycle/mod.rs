@@ -11,7 +11,9 @@ mod stops;
 mod verdicts;
 
 use crate::util::{self, Env, Run};
-pub(crate) use crate::watch::{alive, event, fake_train, of, pids, records};
+pub(crate) use crate::watch::{
+    alive, event, fake_train, of, pids, poll_until, records, roger, wait_child,
+};
 use roger::ledger::{Entry, Kind, Ledger, Record};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -92,14 +94,6 @@ fn watch_args(env: &Env, pre: &[&str], train: Vec<String>) -> Vec<String> {
     v
 }
 
-fn roger(env: &Env, args: &[String]) -> Command {
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut c = env.cmd(&refs);
-    c.env("ROGER_BIN", util::roger_bin())
-        .env_remove("SLURM_RESTART_COUNT");
-    c
-}
-
 /// Start roger with stdout and stderr in files named after `tag`.
 fn spawn(env: &Env, mut c: Command, tag: &str) -> Child {
     c.stdout(std::fs::File::create(env.path(&format!("{tag}.out"))).unwrap())
@@ -128,20 +122,6 @@ fn finish(env: &Env, c: Command, args: &[String]) -> Run {
     collect(env, child, "watch", args, Duration::from_secs(90))
 }
 
-fn wait_child(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            return child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn ledger(env: &Env) -> Ledger {
     Ledger::new(env.path("roger-ledger.jsonl"))
 }
@@ -163,14 +143,6 @@ fn log_lines(env: &Env) -> Vec<(u64, f64)> {
 
 fn steps_logged(env: &Env) -> Vec<u64> {
     log_lines(env).into_iter().map(|(s, _)| s).collect()
-}
-
-fn poll_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(30));
-    }
 }
 
 /// A critic `fail` verdict on the loss at `step` (diverged at `diverged_at`), observing data
