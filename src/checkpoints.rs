@@ -249,9 +249,9 @@ pub fn verify_on_disk(c: &Checkpoint) -> Result<(), String> {
         Ok(d) if d.sha256 == c.sha256 && d.size == c.size => Ok(()),
         Ok(d) => Err(format!(
             "bytes changed since publish: sha256 {} size {} (recorded {} size {})",
-            &d.sha256[..12],
+            crate::digest::short(&d.sha256),
             d.size,
-            &c.sha256[..c.sha256.floor_char_boundary(12)],
+            crate::digest::short(&c.sha256),
             c.size
         )),
         Err(e) => Err(format!("cannot be read: {e:#}")),

@@ -7,6 +7,12 @@ use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+/// A hash's first 12 characters, for messages. Hashes read from a file are whatever the file
+/// held, so the cut lands on a char boundary (a byte index panics inside a multi-byte char).
+pub fn short(hash: &str) -> &str {
+    &hash[..hash.floor_char_boundary(12)]
+}
+
 /// 4 MiB: large sequential reads; checkpoints are big.
 pub const BUF_SIZE: usize = 4 << 20;
 

@@ -3,6 +3,7 @@
 //! append to a file that is not a ledger.
 
 use super::*;
+use crate::digest::short;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
@@ -148,12 +149,6 @@ pub(super) fn refuse_foreign_file(file: &mut File, path: &Path) -> Result<()> {
         path.display(),
         preview(first)
     )
-}
-
-/// A hash's first 12 bytes for messages. The stored text is whatever was in the file, so the
-/// cut must land on a char boundary (a byte index panics inside a multi-byte char).
-fn short(h: &str) -> &str {
-    &h[..h.floor_char_boundary(12)]
 }
 
 pub(super) fn parse_record(line: &str) -> Result<Record> {

@@ -64,8 +64,8 @@ pub fn release(
             bail!(
                 "{}: its bytes changed since it was quarantined (sha256 {} now, {} then); pass --force --reason R to release it anyway",
                 item.id,
-                &now_hash[..12],
-                &item.sha256[..item.sha256.floor_char_boundary(12)]
+                crate::digest::short(&now_hash),
+                crate::digest::short(&item.sha256)
             );
         }
     }
