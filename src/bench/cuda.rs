@@ -1,6 +1,7 @@
 //! The cuBLAS GEMM and bandwidth measurement. It runs in a child process (`roger bench
-//! --worker`): cudarc panics when a library or symbol is missing, and a panic in a child is a
-//! clear message in the parent, never a crash of roger. fp32 via Sgemm (default math, no
+//! --worker`): cudarc panics when a library or symbol is missing; the worker binds both
+//! libraries first under `catch_unwind` and turns such a panic into one line naming the
+//! library and the symbol, which the parent reports as "unknown" with that reason. fp32 via Sgemm (default math, no
 //! TF32), tf32 via GemmEx with CUBLAS_COMPUTE_32F_FAST_TF32, fp16/bf16 via GemmEx with FP32
 //! accumulate. Inputs are random; each size is warmed up, then each run is timed with CUDA
 //! events created with timing enabled.
@@ -217,6 +218,77 @@ pub fn run_worker(
     Ok(out)
 }
 
+/// The text of a panic payload (`panic!`/`expect` messages are `&str` or `String`).
+pub fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// A cudarc load panic in words: which file lacks which symbol, or which library is absent.
+pub fn explain_load_panic(msg: &str) -> String {
+    let re = regex::Regex::new(r"([^\s\x22]+): undefined symbol: (\w+)").expect("valid regex");
+    if let Some(c) = re.captures(msg) {
+        return format!(
+            "{} lacks {}: roger's CUDA bench binds the CUDA 12.0 API, so the CUDA driver and cuBLAS must be from CUDA 12.0 or newer (this one is older or incomplete)",
+            &c[1], &c[2]
+        );
+    }
+    if msg.contains("Unable to dynamically load") {
+        return format!("a CUDA library could not be loaded: {msg}");
+    }
+    format!("loading the CUDA libraries failed: {msg}")
+}
+
+/// Bind every symbol of the CUDA driver and cuBLAS now, so a missing library or symbol is an
+/// error with a reason instead of a panic in the middle of the measurement.
+pub fn load_libraries() -> Result<()> {
+    // SAFETY: culib() only dlopens and resolves symbols; it panics (caught here) when one is
+    // missing and leaves its OnceLock empty.
+    std::panic::catch_unwind(|| unsafe {
+        cudarc::driver::sys::culib();
+        cudarc::cublas::sys::culib();
+    })
+    .map_err(|p| anyhow!(explain_load_panic(&panic_text(p.as_ref()))))
+}
+
+/// In the worker: a panic prints one line (where and what), never backtrace frames, so the
+/// parent's tail of stderr holds the message.
+pub fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
+        eprintln!(
+            "roger bench worker: panic{at}: {}",
+            panic_text(info.payload()).replace('\n', " ")
+        );
+    }));
+}
+
+/// The reason a failed worker gives: its `roger: error:` line, else its last stderr lines.
+pub fn worker_failure(code: Option<i32>, stderr: &str) -> String {
+    if let Some(l) = stderr
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("roger: error: "))
+    {
+        return l.trim_start_matches("roger: error: ").to_string();
+    }
+    let tail: Vec<&str> = stderr.lines().rev().take(6).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    format!(
+        "the CUDA bench worker failed (exit {}): {}",
+        code.map_or("by signal".into(), |c| c.to_string()),
+        if tail.is_empty() {
+            "no message".to_string()
+        } else {
+            tail.join(" | ")
+        }
+    )
+}
+
 /// Run the measurement in a child `roger bench --worker` (with `ld` put first on its
 /// LD_LIBRARY_PATH), bounded by `timeout`; a panic or missing library there is an error here.
 pub fn run_in_child(
@@ -256,11 +328,12 @@ pub fn run_in_child(
     if let Some(dir) = ld {
         cmd.env("LD_LIBRARY_PATH", super::libs::library_path_with(dir));
     }
+    // Backtrace frames would push the message out of the tail the parent reports.
+    cmd.env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE");
     let o = crate::sys::bounded::run_command(cmd, timeout)?;
     if !o.success() {
-        let tail: Vec<&str> = o.stderr.lines().rev().take(6).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        anyhow::bail!("the CUDA bench worker failed (exit {:?}); a missing CUDA library or symbol shows here:\n{}", o.code, tail.join("\n"));
+        anyhow::bail!("{}", worker_failure(o.code, &o.stderr));
     }
     let line = o.stdout.lines().last().unwrap_or("");
     serde_json::from_str(line).map_err(|e| {
@@ -274,6 +347,30 @@ pub fn run_in_child(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn load_panics_and_worker_failures_are_explained() {
+        let msg = r#"Expected symbol in library: DlSym { desc: "/tmp/x/libcuda.so.1: undefined symbol: cuMemcpyDtoD_v2" }"#;
+        let e = explain_load_panic(msg);
+        assert!(
+            e.starts_with("/tmp/x/libcuda.so.1 lacks cuMemcpyDtoD_v2"),
+            "{e}"
+        );
+        assert!(e.contains("CUDA 12.0 or newer"), "{e}");
+        assert!(
+            explain_load_panic("Unable to dynamically load the \"cublas\" shared library")
+                .contains("could not be loaded")
+        );
+        let stderr = "roger bench worker: panic at x.rs:1: boom\nroger: error: CUDA context: DriverError(CUDA_ERROR_UNKNOWN)\n";
+        assert_eq!(
+            worker_failure(Some(3), stderr),
+            "CUDA context: DriverError(CUDA_ERROR_UNKNOWN)"
+        );
+        let w = worker_failure(None, "a\nb\n");
+        assert!(w.contains("by signal") && w.contains("a | b"), "{w}");
+        let payload: Box<dyn std::any::Any + Send> = Box::new("static");
+        assert_eq!(panic_text(payload.as_ref()), "static");
+    }
 
     #[test]
     fn random_inputs_are_nonzero_and_in_range() {

@@ -1,13 +1,17 @@
-//! Finding cuBLAS before the CUDA worker starts: cudarc panics when a library is missing, so
-//! the parent checks first and says where it looked. A driver-only host often has cuBLAS only
+//! Finding cuBLAS before the CUDA worker starts: cudarc panics when a library or one of its
+//! symbols is missing, so the parent only dlopens (never through cudarc) and says where it
+//! looked; binding the symbols happens in the worker, which turns a panic into a reason. A driver-only host often has cuBLAS only
 //! inside a PyTorch install (`site-packages/nvidia/cublas/lib`); found there, the directory is
 //! put on the worker's LD_LIBRARY_PATH and the report says so.
 
+use crate::gpu::dl::Library;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// cuBLAS file names the CUDA 12 build of cudarc can load.
 pub const CUBLAS_NAMES: [&str; 2] = ["libcublas.so.12", "libcublas.so"];
+/// The CUDA driver library names cudarc tries (Linux, CUDA 12), in its order.
+pub const DRIVER_NAMES: [&str; 3] = ["libcuda.so", "libcuda.so.12", "libcuda.so.1"];
 
 /// Where cuBLAS may live besides the loader's default path.
 pub fn candidate_dirs() -> Vec<PathBuf> {
@@ -106,8 +110,9 @@ pub enum Cublas {
 }
 
 pub fn locate_cublas() -> Cublas {
-    // SAFETY: only dlopens by name and drops the handle.
-    if unsafe { cudarc::cublas::sys::is_culib_present() } {
+    // Not cudarc's is_culib_present: it binds every symbol with `expect` and panics on an
+    // older cuBLAS. A plain dlopen cannot panic; the worker binds the symbols.
+    if Library::open_first(&["libcublas.so", "libcublas.so.12"]).is_ok() {
         return Cublas::OnLoaderPath;
     }
     let dirs = candidate_dirs();
@@ -117,10 +122,9 @@ pub fn locate_cublas() -> Cublas {
     }
 }
 
-/// Is the CUDA driver library loadable at all?
+/// Is the CUDA driver library loadable at all? (A plain dlopen: see `locate_cublas`.)
 pub fn driver_present() -> bool {
-    // SAFETY: only dlopens by name and drops the handle.
-    unsafe { cudarc::driver::sys::is_culib_present() }
+    Library::open_first(&DRIVER_NAMES).is_ok()
 }
 
 /// LD_LIBRARY_PATH with `dir` in front.

@@ -114,6 +114,7 @@ fn write_ledger(ledger: &Ledger, run: &str, r: &ProbeReport) -> Result<()> {
     let entry = Entry::new(Kind::Probe, "probe", run)
         .field("status", &r.status)
         .field("gpu_source", &r.gpu_source)
+        .field("gpu_reader", &r.gpu_reader)
         .field("gpus", gpus)
         .field(
             "vram_holders",
@@ -143,11 +144,18 @@ fn na<T: std::fmt::Display>(v: Option<T>) -> String {
 
 fn print_human(r: &ProbeReport) {
     match (&r.gpu_source, &r.gpu_error) {
-        (Some(src), _) => outln!("GPUs ({src})"),
+        (Some(src), _) => outln!("GPUs ({})", r.gpu_reader.as_deref().unwrap_or(src.as_str())),
         (None, Some(e)) => outln!("GPUs: {e}"),
         (None, None) => outln!("GPUs: none"),
     }
+    if let Some(why) = &r.gpu_fallback {
+        outln!("  reader fallback: {why}");
+    }
     for g in &r.gpus {
+        if let Some(e) = &g.error {
+            outln!("  {} {}", g.index, e);
+            continue;
+        }
         let mem = match (g.memory_used, g.memory_total) {
             (Some(u), Some(t)) => format!("{} / {}", fmt_bytes(u), fmt_bytes(t)),
             _ => "n/a".into(),
@@ -186,13 +194,20 @@ fn print_human(r: &ProbeReport) {
                 _ => String::new(),
             };
             let cmd = h.cmdline.clone().unwrap_or_else(|| {
-                if h.visible {
+                if r.pid_namespace.is_some() {
+                    "(host PID: roger is in a container's PID namespace)".into()
+                } else if h.visible {
                     "?".into()
                 } else {
                     "(not visible here)".into()
                 }
             });
-            outln!("  pid {:<8} gpu {} {:>10}  {cmd}{flag}", h.pid, h.gpu, mem);
+            let gpu = if h.gpu == crate::gpu::UNKNOWN_GPU {
+                "?".to_string()
+            } else {
+                h.gpu.to_string()
+            };
+            outln!("  pid {:<8} gpu {gpu} {:>10}  {cmd}{flag}", h.pid, mem);
         }
         if r.per_process_vram_unavailable {
             outln!("  n/a: the driver does not report per-process VRAM under WDDM (WSL2/Windows)");

@@ -494,6 +494,7 @@ pub(crate) mod tests {
                 },
             ],
             source: "fake".into(),
+            ..Default::default()
         };
         let mut fake = FakeGpu::new(vec![Ok(snap)]);
         let total = read_vram(&mut fake, &[]);

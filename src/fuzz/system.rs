@@ -300,6 +300,7 @@ fn fuzz_nvidia_smi_csv() {
                 gpus,
                 processes,
                 source: "smi".into(),
+                ..Default::default()
             });
         },
     );
@@ -432,6 +433,7 @@ fn regress_critic_vram_per_gpu_sum_past_u64() {
         gpus: Vec::new(),
         processes,
         source: "smi".into(),
+        ..Default::default()
     };
     let mut reader = crate::gpu::FakeGpu::new(vec![Ok(snap)]);
     let v = crate::critic::observe::read_vram(&mut reader, &[2]);

@@ -124,6 +124,25 @@ impl Finding {
 /// Findings about one GPU's own health: throttling and ECC.
 pub fn judge_gpu(g: &GpuInfo) -> Vec<Finding> {
     let mut out = Vec::new();
+    if g.lost {
+        out.push(Finding::new(
+            Level::Fail,
+            "gpu_lost",
+            format!(
+                "{}: drain the node; the GPU needs a reset or a reboot (XID 79)",
+                g.error.as_deref().unwrap_or("a GPU has fallen off the bus")
+            ),
+        ));
+        return out;
+    }
+    if let Some(e) = &g.error {
+        out.push(Finding::new(
+            Level::Warn,
+            "gpu",
+            format!("{e}: its health is unknown (the other GPUs are still judged)"),
+        ));
+        return out;
+    }
     let who = format!("GPU {} ({})", g.index, g.name);
     let bad = bad_throttle(g);
     if !bad.is_empty() {
@@ -219,6 +238,28 @@ mod tests {
             throttle_class("display_clock_setting"),
             ThrottleClass::Noise
         );
+    }
+
+    #[test]
+    fn a_lost_gpu_fails_and_an_unreadable_one_warns() {
+        let lost = GpuInfo {
+            index: 3,
+            lost: true,
+            error: Some("GPU 3 has fallen off the bus".into()),
+            ..Default::default()
+        };
+        let f = judge_gpu(&lost);
+        assert_eq!(worst(&f), Level::Fail);
+        assert!(
+            f[0].message.contains("GPU 3 has fallen off the bus"),
+            "{f:?}"
+        );
+        let odd = GpuInfo {
+            index: 1,
+            error: Some("GPU 1: NVML could not read its name: Unknown Error".into()),
+            ..Default::default()
+        };
+        assert_eq!(worst(&judge_gpu(&odd)), Level::Warn);
     }
 
     #[test]

@@ -24,7 +24,16 @@ pub struct GpuInfo {
     pub throttle: Vec<String>,
     pub ecc_uncorrected: Option<u64>,
     pub ecc_corrected: Option<u64>,
+    /// The GPU has fallen off the bus (NVML_ERROR_GPU_IS_LOST, XID 79): a fail, not "unknown".
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lost: bool,
+    /// Why this GPU could not be read; the other GPUs are still reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
+
+/// `GpuProcess::gpu` of a process whose GPU the driver's listing does not name.
+pub const UNKNOWN_GPU: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuProcess {
@@ -41,11 +50,19 @@ pub struct GpuSnapshot {
     pub processes: Vec<GpuProcess>,
     /// Where it came from: "nvml", "nvidia-smi", "replay", "fake".
     pub source: String,
+    /// roger runs in another PID namespace than the driver's (a container): the PIDs above
+    /// are the host's, so they cannot be matched to /proc or to the run's own PIDs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub foreign_pids: bool,
 }
 
 impl GpuSnapshot {
-    /// VRAM held by the given PIDs, summed over GPUs (None if the driver cannot say).
+    /// VRAM held by the given PIDs, summed over GPUs (None if the driver cannot say, or its
+    /// PIDs are from another PID namespace and so say nothing about ours).
     pub fn memory_of(&self, pids: &[u32]) -> Option<u64> {
+        if self.foreign_pids {
+            return None;
+        }
         let mine: Vec<&GpuProcess> = self
             .processes
             .iter()
@@ -84,6 +101,14 @@ impl std::error::Error for GpuError {}
 
 pub trait GpuReader {
     fn read(&mut self) -> Result<GpuSnapshot, GpuError>;
+    /// Which reader this is, in words, for reports ("NVML (libnvidia-ml.so.1 at ...)").
+    fn describe(&self) -> String {
+        String::new()
+    }
+    /// Why this reader stands in for the one tried first (`auto` fell back), if it does.
+    fn fallback(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A reader that always answers "no GPU" with the given reason.
@@ -119,7 +144,9 @@ impl GpuReader for FakeGpu {
 }
 
 pub mod checks;
+pub mod dl;
 pub mod nvml;
+pub mod pidns;
 pub mod replay;
 pub mod smi;
 pub mod spec;
@@ -151,14 +178,18 @@ pub fn open_reader(cfg: &crate::config::GpuConfig) -> Box<dyn GpuReader> {
     }
 }
 
-/// NVML when it loads; else nvidia-smi on PATH; else "no GPU" with both reasons.
+/// NVML when it loads; else nvidia-smi on PATH (saying why NVML did not load); else "no
+/// GPU" with both reasons.
 fn open_auto() -> Box<dyn GpuReader> {
     let nvml_err = match nvml::NvmlGpu::open() {
         Ok(r) => return Box::new(r),
         Err(e) => e,
     };
     match smi::SmiGpu::find() {
-        Ok(r) => Box::new(r),
+        Ok(r) => Box::new(Fallback {
+            inner: Box::new(r),
+            why: format!("NVML did not load ({nvml_err}); reading the GPUs through nvidia-smi instead (slower; no XID events)"),
+        }),
         Err(smi_err) => {
             let smi_err = match smi_err {
                 GpuError::NoGpu(w) | GpuError::Failed(w) => w,
@@ -168,6 +199,24 @@ fn open_auto() -> Box<dyn GpuReader> {
                 GpuError::Failed(w) => GpuError::Failed(format!("{w}; {smi_err}")),
             }))
         }
+    }
+}
+
+/// A reader standing in for the one `auto` tried first.
+pub struct Fallback {
+    pub inner: Box<dyn GpuReader>,
+    pub why: String,
+}
+
+impl GpuReader for Fallback {
+    fn read(&mut self) -> Result<GpuSnapshot, GpuError> {
+        self.inner.read()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn fallback(&self) -> Option<String> {
+        Some(self.why.clone())
     }
 }
 

@@ -53,6 +53,10 @@ impl GpuReader for ReplayGpu {
         snap.source = "replay".into();
         Ok(snap)
     }
+
+    fn describe(&self) -> String {
+        format!("replay ({})", self.path.display())
+    }
 }
 
 #[cfg(test)]

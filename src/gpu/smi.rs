@@ -88,6 +88,7 @@ pub fn parse_gpus(text: &str) -> Result<Vec<GpuInfo>, String> {
             throttle,
             ecc_uncorrected: num(f[13]),
             ecc_corrected: num(f[14]),
+            ..Default::default()
         });
     }
     Ok(gpus)
@@ -110,7 +111,12 @@ pub fn parse_apps(text: &str, gpus: &[GpuInfo]) -> Result<Vec<GpuProcess>, Strin
         }
         let pid = num(f[0])
             .ok_or_else(|| format!("nvidia-smi apps line {}: bad pid {:?}", i + 1, f[0]))?;
-        let gpu = gpus.iter().find(|g| g.uuid == f[1]).map_or(0, |g| g.index);
+        // A row whose GPU is not listed (a GPU gone since the first query, a blank UUID)
+        // still holds VRAM, but on no GPU we know: never GPU 0's.
+        let gpu = gpus
+            .iter()
+            .find(|g| g.uuid == f[1])
+            .map_or(super::UNKNOWN_GPU, |g| g.index);
         out.push(GpuProcess {
             pid,
             gpu,
@@ -200,7 +206,12 @@ impl GpuReader for SmiGpu {
             gpus,
             processes,
             source: self.source.clone(),
+            foreign_pids: super::pidns::foreign_here().is_some(),
         })
+    }
+
+    fn describe(&self) -> String {
+        format!("{} ({})", self.source, self.program.display())
     }
 }
 
@@ -242,6 +253,21 @@ mod tests {
         );
         assert_eq!(a[1].used_memory, None);
         assert!(parse_apps("", &g).unwrap().is_empty());
+    }
+
+    #[test]
+    fn apps_on_an_unknown_gpu_are_not_charged_to_gpu_0() {
+        // Recorded shape: a process row whose GPU UUID is not in the GPU list (it was on
+        // GPU 0 before: 2 GiB charged to the wrong device).
+        let g = parse_gpus(H100).unwrap();
+        let a = parse_apps(
+            "4242, GPU-bbbb, 1024\n5151, GPU-ffffffff-0000-1111-2222-333333333333, 2048\n",
+            &g,
+        )
+        .unwrap();
+        assert_eq!(a.len(), 2, "{a:?}");
+        assert_eq!((a[0].pid, a[0].gpu), (4242, 1));
+        assert_eq!((a[1].pid, a[1].gpu), (5151, crate::gpu::UNKNOWN_GPU));
     }
 
     #[test]

@@ -76,13 +76,42 @@ pub fn collect(inputs: &ProbeInputs, reader: &mut dyn GpuReader) -> ProbeReport 
         // Not judged either way: a failed read makes the status "unknown" unless worse is found.
         findings.push(Finding::new(Level::Info, "gpu", e.clone()));
     }
+    let gpu_reader = Some(reader.describe()).filter(|d| !d.is_empty());
+    let gpu_fallback = reader.fallback();
+    if let Some(why) = &gpu_fallback {
+        findings.push(Finding::new(Level::Warn, "reader", why.clone()));
+    }
+    let pid_namespace = snap
+        .as_ref()
+        .filter(|s| s.foreign_pids)
+        .map(|_| crate::gpu::pidns::current_link().unwrap_or_else(|| "unknown".into()));
     let known = known_pids(inputs.cfg.map(|c| c.ledger_path()).as_deref());
     let mut holders = Vec::new();
     if let Some(s) = &snap {
         for g in &s.gpus {
             findings.extend(checks::judge_gpu(g));
         }
+        if let Some(ns) = &pid_namespace {
+            findings.push(Finding::new(Level::Info, "pid_namespace", format!(
+                "roger runs in its own PID namespace ({ns}, a container) and the driver reports host PIDs: {} VRAM holder(s) listed but not matched to processes here, so none is judged orphaned or part of a run",
+                s.processes.len()
+            )));
+        }
         for p in &s.processes {
+            if pid_namespace.is_some() {
+                holders.push(Holder {
+                    pid: p.pid,
+                    gpu: p.gpu,
+                    used_memory: p.used_memory,
+                    cmdline: None,
+                    visible: false,
+                    ppid: None,
+                    parent_comm: None,
+                    known_run: false,
+                    orphaned: None,
+                });
+                continue;
+            }
             let info = pidinfo::pid_info(p.pid);
             let anc = if info.visible {
                 pidinfo::ancestors(p.pid)
@@ -103,7 +132,9 @@ pub fn collect(inputs: &ProbeInputs, reader: &mut dyn GpuReader) -> ProbeReport 
             });
         }
     }
-    findings.extend(judge_holders(&holders));
+    if pid_namespace.is_none() {
+        findings.extend(judge_holders(&holders));
+    }
     let per_process_vram_unavailable = holders.iter().any(|h| h.used_memory.is_none());
     if per_process_vram_unavailable {
         findings.push(Finding::new(Level::Info, "vram", "per-process VRAM is not available from the driver (WDDM: WSL2/Windows); shown as n/a, not 0"));
@@ -173,6 +204,9 @@ pub fn collect(inputs: &ProbeInputs, reader: &mut dyn GpuReader) -> ProbeReport 
     let (word, code) = status(&findings, gpu_error.is_some() && !no_gpu);
     ProbeReport {
         gpu_source: snap.as_ref().map(|s| s.source.clone()),
+        gpu_reader,
+        gpu_fallback,
+        pid_namespace,
         gpus: snap.map(|s| s.gpus).unwrap_or_default(),
         gpu_error,
         no_gpu,

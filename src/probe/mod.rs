@@ -60,6 +60,12 @@ pub struct HostView {
 #[derive(Debug, Clone, Serialize)]
 pub struct ProbeReport {
     pub gpu_source: Option<String>,
+    /// The reader in words: "NVML (libnvidia-ml.so.1 at /usr/lib/...)", "nvidia-smi (...)".
+    pub gpu_reader: Option<String>,
+    /// Why `auto` is not reading through NVML (it fell back to nvidia-smi).
+    pub gpu_fallback: Option<String>,
+    /// roger's PID namespace when it is not the host's (a container): GPU PIDs are the host's.
+    pub pid_namespace: Option<String>,
     pub gpus: Vec<GpuInfo>,
     /// Why no GPU could be read (None when it could).
     pub gpu_error: Option<String>,

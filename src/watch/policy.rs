@@ -413,6 +413,7 @@ mod tests {
                 })
                 .collect(),
             source: "fake".into(),
+            ..Default::default()
         };
         assert_eq!(vram_gate(&snap(vec![]), &[1], &[0]), VramGate::Clear);
         assert_eq!(
