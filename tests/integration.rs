@@ -8,6 +8,7 @@ mod checkpoint_trust;
 mod cli;
 mod critic;
 mod critic_live;
+mod fake_gpu_libs;
 mod hygiene;
 mod ledger;
 mod powercut;

@@ -4,7 +4,7 @@
 use crate::util::{repo_root, Env};
 use std::process::Command;
 
-fn fixture(rel: &str) -> String {
+pub fn fixture(rel: &str) -> String {
     repo_root()
         .join("tests/fixtures")
         .join(rel)
@@ -13,7 +13,7 @@ fn fixture(rel: &str) -> String {
 }
 
 /// A probe command with the machine-dependent inputs pinned to fixtures.
-fn probe(env: &Env, args: &[&str]) -> Command {
+pub fn probe(env: &Env, args: &[&str]) -> Command {
     let mut c = env.cmd(args);
     env.write("kmsg.txt", "");
     c.env("ROGER_KMSG", env.path("kmsg.txt"))
@@ -175,7 +175,7 @@ fn wsl_drvfs_checkpoints_host_drive_and_windows_view() {
         .stdout_has("does not report per-process VRAM under WDDM");
 }
 
-fn make_exec(p: &std::path::Path) {
+pub fn make_exec(p: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
 }

@@ -67,6 +67,7 @@ pub fn run(sizes: &[usize], iters: usize) -> Measured {
         gemm,
         bandwidth_gbs: None,
         errors: Vec::new(),
+        uuid: None,
     }
 }
 

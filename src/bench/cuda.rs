@@ -114,6 +114,14 @@ fn gemm(
     .map_err(|e| anyhow!("cuBLAS {} GEMM at {n}: {e:?}", d.as_str()))
 }
 
+/// GEMMs per timed batch: at small sizes one GEMM is microseconds and the launch and event
+/// overhead would be most of the time, so a batch of about an 8192³ GEMM's work is timed
+/// between one event pair (1 at 8192, 8 at 4096, 64 at 2048, 256 at 1024 and below).
+pub fn batch_for(n: usize) -> usize {
+    let ratio = (8192.0 / n.max(1) as f64).powi(3);
+    (ratio.ceil() as usize).clamp(1, 256)
+}
+
 fn timed(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
@@ -149,10 +157,16 @@ fn measure_dtype(
                 gemm(blas_h, stream, d, n, &mut bufs)?;
             }
             stream.synchronize()?;
+            let batch = batch_for(n);
             let mut t = Vec::with_capacity(iters);
             for _ in 0..iters.max(1) {
-                let secs = timed(ctx, stream, || gemm(blas_h, stream, d, n, &mut bufs))?;
-                t.push(tflops(n, secs.max(1e-9)));
+                let secs = timed(ctx, stream, || {
+                    for _ in 0..batch {
+                        gemm(blas_h, stream, d, n, &mut bufs)?;
+                    }
+                    Ok(())
+                })?;
+                t.push(tflops(n, secs.max(1e-9) / batch as f64));
             }
             let best = t.iter().cloned().fold(0.0, f64::max);
             Ok(GemmResult {
@@ -206,6 +220,7 @@ pub fn run_worker(
     let mut out = Measured {
         device: "gpu".into(),
         name: ctx.name().unwrap_or_else(|_| "unknown GPU".into()),
+        uuid: ctx.uuid().ok().map(|u| uuid_string(&u.bytes)),
         ..Default::default()
     };
     for &d in dtypes {
@@ -216,6 +231,19 @@ pub fn run_worker(
         Err(e) => out.errors.push(format!("bandwidth: {e:#}")),
     }
     Ok(out)
+}
+
+/// A CUDA UUID as NVML prints it: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx".
+pub fn uuid_string(bytes: &[std::ffi::c_char; 16]) -> String {
+    let h: Vec<String> = bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        h[0..4].concat(),
+        h[4..6].concat(),
+        h[6..8].concat(),
+        h[8..10].concat(),
+        h[10..16].concat()
+    )
 }
 
 /// The text of a panic payload (`panic!`/`expect` messages are `&str` or `String`).
@@ -298,6 +326,7 @@ pub fn run_in_child(
     dtypes: &[Dtype],
     timeout: std::time::Duration,
     ld: Option<&std::path::Path>,
+    on_spawn: impl FnOnce(u32),
 ) -> Result<Measured> {
     let exe = std::env::current_exe().context("finding roger's own executable")?;
     let mut cmd = std::process::Command::new(&exe);
@@ -331,7 +360,7 @@ pub fn run_in_child(
     // Backtrace frames would push the message out of the tail the parent reports.
     cmd.env_remove("RUST_BACKTRACE")
         .env_remove("RUST_LIB_BACKTRACE");
-    let o = crate::sys::bounded::run_command(cmd, timeout)?;
+    let o = crate::sys::bounded::run_command_observed(cmd, timeout, on_spawn)?;
     if !o.success() {
         anyhow::bail!("{}", worker_failure(o.code, &o.stderr));
     }
@@ -347,6 +376,26 @@ pub fn run_in_child(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_gemms_are_timed_in_batches() {
+        assert_eq!(batch_for(8192), 1);
+        assert_eq!(batch_for(4096), 8);
+        assert_eq!(batch_for(2048), 64);
+        assert_eq!(batch_for(1024), 256);
+        assert_eq!(batch_for(64), 256);
+        assert_eq!(batch_for(16384), 1);
+        assert_eq!(batch_for(6000), 3);
+    }
+
+    #[test]
+    fn uuid_reads_as_nvml_writes_it() {
+        let b: [std::ffi::c_char; 16] = [
+            0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0xff,
+        ]
+        .map(|x: u8| x as _);
+        assert_eq!(uuid_string(&b), "GPU-deadbeef-0001-0203-0405-060708090aff");
+    }
 
     #[test]
     fn load_panics_and_worker_failures_are_explained() {

@@ -5,6 +5,7 @@
 pub mod cpu;
 pub mod cuda;
 pub mod libs;
+pub mod load;
 
 use crate::gpu::checks::{Finding, Level};
 use crate::gpu::spec::{Dtype, Spec};
@@ -33,6 +34,9 @@ pub struct Measured {
     pub bandwidth_gbs: Option<f64>,
     /// Dtypes or steps that could not run, with why.
     pub errors: Vec<String>,
+    /// The CUDA device's UUID ("GPU-..."), to find the same GPU in NVML.
+    #[serde(default)]
+    pub uuid: Option<String>,
 }
 
 /// The best a dtype reached over all sizes, against spec.
@@ -113,6 +117,25 @@ pub fn verdict(
         }
     }
     out
+}
+
+/// `NVIDIA_TF32_OVERRIDE=0` makes cuBLAS run TF32 requests in full FP32: the tf32 row then
+/// measures FP32 and must not be judged against the TF32 spec. Drops its ratio and says so.
+pub fn tf32_override(sums: &mut [DtypeSummary], env_value: Option<&str>) -> Option<Finding> {
+    if env_value.map(str::trim) != Some("0") {
+        return None;
+    }
+    let s = sums.iter_mut().find(|s| s.dtype == Dtype::Tf32)?;
+    s.spec_tflops = None;
+    s.ratio = None;
+    Some(Finding::new(
+        Level::Info,
+        "tf32",
+        format!(
+            "NVIDIA_TF32_OVERRIDE=0 is set: cuBLAS ran the tf32 GEMM in full fp32 ({:.1} TFLOPS), so it is not compared with the tf32 spec; unset it to measure tf32",
+            s.best_tflops
+        ),
+    ))
 }
 
 /// Training FLOPs per token: 6N (forward + backward, PaLM appendix B) plus the attention
@@ -263,6 +286,24 @@ mod tests {
         assert_eq!(v[0].level, Level::Fail);
         assert!(v[0].message.contains("hw_thermal_slowdown"));
         assert!(summarise(&m, None)[0].ratio.is_none());
+    }
+
+    #[test]
+    fn tf32_override_is_reported_not_failed() {
+        let m = Measured {
+            device: "gpu".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            gemm: vec![r(Dtype::Tf32, 8192, 50.0), r(Dtype::Bf16, 8192, 742.0)],
+            ..Default::default()
+        };
+        let mut s = summarise(&m, lookup(&m.name));
+        // Without the override the fp32-speed tf32 row fails (the old behaviour).
+        assert_eq!(verdict(&s, 0.6, 0.35, &[])[0].level, Level::Fail);
+        assert!(tf32_override(&mut s, Some("1")).is_none());
+        let f = tf32_override(&mut s, Some("0")).unwrap();
+        assert!(f.message.contains("NVIDIA_TF32_OVERRIDE=0") && f.message.contains("50.0"));
+        assert!(verdict(&s, 0.6, 0.35, &[]).is_empty());
+        assert!(s[1].ratio.is_some());
     }
 
     #[test]

@@ -1,16 +1,19 @@
 //! `roger bench`: measure GEMM TFLOPS (cuBLAS on a GPU, matrixmultiply on a CPU) and device
 //! bandwidth, compare with the GPU's spec, and arbitrate MFU: is the GPU slow, or the code?
 
+use crate::bench::load::{self, Load};
 use crate::bench::{self, libs, Arbitration, DtypeSummary, Measured};
 use crate::cli::Global;
 use crate::gpu::checks::{self, Finding, Level};
 use crate::gpu::spec::{self, Dtype};
 use crate::ledger::{Entry, Kind, Ledger};
 use crate::outln;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -84,7 +87,15 @@ pub struct BenchReport {
     pub measured: Measured,
     /// Where cuBLAS was loaded from, when it was not on the loader's path.
     pub cublas: Option<String>,
+    /// Why the GPU bench could not run at all (the status is then "unknown").
+    pub gpu_error: Option<String>,
+    /// The reader that sampled the GPU during the run ("NVML (libnvidia-ml.so.1 ...)").
+    pub gpu_reader: Option<String>,
+    /// The GPU while the worker ran, sampled by the parent.
+    pub load: Option<Load>,
     pub spec_model: Option<String>,
+    /// Why there is no spec to compare with (MIG, laptop, variant, not in the table).
+    pub spec_note: Option<String>,
     pub summaries: Vec<DtypeSummary>,
     pub bandwidth_spec_gbs: Option<f64>,
     pub bandwidth_ratio: Option<f64>,
@@ -96,6 +107,120 @@ pub struct BenchReport {
     pub exit_code: u8,
 }
 
+/// What the GPU side produced: the worker's measurement and the parent's samples.
+struct GpuRun {
+    measured: Measured,
+    cublas: Option<String>,
+    reader: Option<String>,
+    load: Option<Load>,
+    /// Why the samples could not be attributed to the bench's GPU.
+    load_note: Option<String>,
+}
+
+/// How often the parent samples the GPU while the worker runs.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+
+/// Run the worker while a thread samples the GPUs; a failure is the reason, in words.
+fn gpu_bench(
+    args: &BenchArgs,
+    bc: &crate::config::BenchConfig,
+    gpu_cfg: &crate::config::GpuConfig,
+) -> std::result::Result<GpuRun, String> {
+    if !libs::driver_present() {
+        return Err(format!(
+            "no NVIDIA driver: {} could not be loaded (use --device cpu for the CPU GEMM)",
+            libs::DRIVER_NAMES.join(", ")
+        ));
+    }
+    let mut cublas = None;
+    let ld = match libs::locate_cublas() {
+        libs::Cublas::OnLoaderPath => None,
+        libs::Cublas::Found(f) => {
+            cublas = Some(format!("found {} (added its directory to the worker's LD_LIBRARY_PATH)", f.display()));
+            f.parent().map(Path::to_path_buf)
+        }
+        libs::Cublas::Missing { searched } => return Err(format!(
+            "cuBLAS (libcublas.so.12) not found: install the CUDA 12 toolkit or `pip install nvidia-cublas-cu12`, or put its directory on LD_LIBRARY_PATH; searched {}",
+            searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        )),
+    };
+    let sizes = if args.sizes.is_empty() {
+        bc.sizes.clone()
+    } else {
+        args.sizes.clone()
+    };
+    // Throttle reasons and clocks under load are the telling ones: read them while the worker
+    // runs, not after it exited.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        let cfg = gpu_cfg.clone();
+        std::thread::spawn(move || {
+            let mut reader = crate::gpu::open_reader(&cfg);
+            let mut snaps = Vec::new();
+            let mut first_error = None;
+            loop {
+                match reader.read() {
+                    Ok(s) => snaps.push(s),
+                    Err(e) => {
+                        first_error.get_or_insert(e.to_string());
+                    }
+                }
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                std::thread::sleep(SAMPLE_EVERY);
+            }
+            (snaps, first_error, reader.describe())
+        })
+    };
+    let mut worker_pid = None;
+    let result = bench::cuda::run_in_child(
+        args.gpu,
+        &sizes,
+        args.iters.unwrap_or(bc.iters),
+        &args.dtypes,
+        args.timeout,
+        ld.as_deref(),
+        |pid| worker_pid = Some(pid),
+    );
+    stop.store(true, Ordering::Relaxed);
+    let (snaps, read_error, reader) = sampler.join().unwrap_or_else(|_| {
+        (
+            Vec::new(),
+            Some("the GPU sampler thread panicked".into()),
+            String::new(),
+        )
+    });
+    let measured = result.map_err(|e| format!("{e:#}"))?;
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let (load, load_note) = match snaps.last() {
+        None => (
+            None,
+            Some(format!(
+                "the GPU could not be sampled during the bench: {}",
+                read_error.unwrap_or_else(|| "no reading".into())
+            )),
+        ),
+        Some(last) => match load::target_gpu(
+            &last.gpus,
+            measured.uuid.as_deref(),
+            args.gpu,
+            visible.as_deref(),
+        ) {
+            Ok(i) => (Some(load::summarise(&snaps, i, worker_pid)), None),
+            Err(why) => (None, Some(why)),
+        },
+    };
+    Ok(GpuRun {
+        measured,
+        cublas,
+        reader: Some(reader).filter(|r| !r.is_empty()),
+        load,
+        load_note,
+    })
+}
+
 pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
     let cfg = crate::config::discover(global.config.as_deref())?;
     let bc = cfg.as_ref().map(|c| c.bench.clone()).unwrap_or_default();
@@ -105,14 +230,24 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
         } else {
             args.sizes.clone()
         };
+        bench::cuda::quiet_panics();
+        bench::cuda::load_libraries()?;
         let bw = 1usize << 30;
-        let m = bench::cuda::run_worker(
-            args.gpu,
-            &args.dtypes,
-            &sizes,
-            args.iters.unwrap_or(bc.iters),
-            bw,
-        )?;
+        let m = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            bench::cuda::run_worker(
+                args.gpu,
+                &args.dtypes,
+                &sizes,
+                args.iters.unwrap_or(bc.iters),
+                bw,
+            )
+        }))
+        .map_err(|p| {
+            anyhow::anyhow!(
+                "the CUDA bench panicked: {}",
+                bench::cuda::panic_text(p.as_ref())
+            )
+        })??;
         outln!("{}", serde_json::to_string(&m)?);
         return Ok(crate::exit::OK);
     }
@@ -125,72 +260,39 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
     let mut cublas = None;
     let mut gpu_state = Vec::new();
     let mut bad_throttle = Vec::new();
-    if use_gpu && !libs::driver_present() {
-        bail!(
-            "no NVIDIA driver: libcuda.so could not be loaded (use --device cpu for the CPU GEMM)"
-        );
-    }
+    let mut causes = Vec::new();
+    let mut gpu_error = None;
+    let mut gpu_reader = None;
+    let mut load = None;
     let measured = if use_gpu {
-        let ld = match libs::locate_cublas() {
-            libs::Cublas::OnLoaderPath => None,
-            libs::Cublas::Found(f) => {
-                cublas = Some(format!("found {} (added its directory to the worker's LD_LIBRARY_PATH)", f.display()));
-                f.parent().map(Path::to_path_buf)
-            }
-            libs::Cublas::Missing { searched } => bail!(
-                "cuBLAS (libcublas.so.12) not found: install the CUDA 12 toolkit or `pip install nvidia-cublas-cu12`, or put its directory on LD_LIBRARY_PATH; searched {}",
-                searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-            ),
-        };
         let gpu_cfg = cfg.as_ref().map(|c| c.gpu.clone()).unwrap_or_default();
-        let before = crate::gpu::open_reader(&gpu_cfg).read().ok();
-        let sizes = if args.sizes.is_empty() {
-            bc.sizes.clone()
-        } else {
-            args.sizes.clone()
-        };
-        let m = bench::cuda::run_in_child(
-            args.gpu,
-            &sizes,
-            args.iters.unwrap_or(bc.iters),
-            &args.dtypes,
-            args.timeout,
-            ld.as_deref(),
-        )?;
-        // Read again right after the load: throttle reasons under load are the telling ones.
-        let after = crate::gpu::open_reader(&gpu_cfg).read().ok();
-        if let Some(s) = after.as_ref().or(before.as_ref()) {
-            if let Some(g) = s.gpus.iter().find(|g| g.index as usize == args.gpu) {
-                bad_throttle = checks::bad_throttle(g)
-                    .into_iter()
-                    .map(String::from)
-                    .collect();
-                gpu_state.push(format!(
-                    "throttle: {}",
-                    if g.throttle.is_empty() {
-                        "none".into()
-                    } else {
-                        g.throttle.join(", ")
-                    }
-                ));
-                if let (Some(c), Some(mx)) = (g.sm_clock_mhz, g.sm_clock_max_mhz) {
-                    gpu_state.push(format!("SM clock {c}/{mx} MHz"));
+        match gpu_bench(&args, &bc, &gpu_cfg) {
+            Ok(run) => {
+                cublas = run.cublas;
+                gpu_reader = run.reader;
+                if let Some(l) = &run.load {
+                    let (bad, why, state) = load::causes(l);
+                    bad_throttle = bad;
+                    causes = why;
+                    gpu_state = state;
                 }
-                if let (Some(p), Some(l)) = (g.power_w, g.power_limit_w) {
-                    gpu_state.push(format!("power {p:.0}/{l:.0} W"));
+                if let Some(note) = run.load_note {
+                    findings.push(Finding::new(Level::Info, "telemetry", note));
                 }
+                load = run.load;
+                run.measured
             }
-            let others: Vec<u32> = s
-                .processes
-                .iter()
-                .filter(|p| p.gpu as usize == args.gpu && p.pid != std::process::id())
-                .map(|p| p.pid)
-                .collect();
-            if !others.is_empty() {
-                gpu_state.push(format!("other processes on the GPU: {others:?}"));
+            Err(why) => {
+                eprintln!("roger: bench: unknown: {why}");
+                findings.push(Finding::new(Level::Info, "bench", why.clone()));
+                gpu_error = Some(why);
+                Measured {
+                    device: "gpu".into(),
+                    name: "unknown GPU".into(),
+                    ..Default::default()
+                }
             }
         }
-        m
     } else {
         let sizes = if args.sizes.is_empty() {
             vec![128, 256, 512]
@@ -202,22 +304,19 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
     for e in &measured.errors {
         findings.push(Finding::new(Level::Info, "bench", e.clone()));
     }
-    let spec = if measured.device == "gpu" {
-        spec::lookup(&measured.name)
+    let (spec, spec_note) = if measured.device == "gpu" && gpu_error.is_none() {
+        match spec::match_spec(&measured.name) {
+            Ok(s) => (Some(s), None),
+            Err(why) => (None, Some(why)),
+        }
     } else {
-        None
+        (None, None)
     };
-    let summaries = bench::summarise(&measured, spec);
-    let mut causes: Vec<String> = bad_throttle
-        .iter()
-        .map(|t| format!("throttle {t}"))
-        .collect();
-    causes.extend(
-        gpu_state
-            .iter()
-            .filter(|s| s.starts_with("other") || s.starts_with("SM clock"))
-            .cloned(),
-    );
+    let mut summaries = bench::summarise(&measured, spec);
+    if measured.device == "gpu" {
+        let tf32_env = std::env::var("NVIDIA_TF32_OVERRIDE").ok();
+        findings.extend(bench::tf32_override(&mut summaries, tf32_env.as_deref()));
+    }
     findings.extend(bench::verdict(
         &summaries,
         bc.warn_ratio,
@@ -248,14 +347,10 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
         }
         None
     };
-    let unknown_gpu = measured.device == "gpu" && spec.is_none();
-    if unknown_gpu {
-        findings.push(Finding::new(
-            Level::Info,
-            "spec",
-            format!("{} is not in the spec table: ratios omitted", measured.name),
-        ));
+    if let Some(why) = &spec_note {
+        findings.push(Finding::new(Level::Info, "spec", why.clone()));
     }
+    let unknown_gpu = measured.device == "gpu" && spec.is_none();
     let (status, code) = match checks::worst(&findings) {
         Level::Fail => ("fail", crate::exit::FAIL),
         Level::Warn => ("warn", crate::exit::WARN),
@@ -265,7 +360,11 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
     let report = BenchReport {
         measured,
         cublas,
+        gpu_error,
+        gpu_reader,
+        load,
         spec_model: spec.map(|s| s.model.to_string()),
+        spec_note,
         summaries,
         bandwidth_spec_gbs,
         bandwidth_ratio,
@@ -284,6 +383,8 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
             .field("name", &report.measured.name)
             .field("summaries", &report.summaries)
             .field("bandwidth_gbs", report.measured.bandwidth_gbs)
+            .field("gpu_error", &report.gpu_error)
+            .field("load", &report.load)
             .field("arbitration", &report.arbitration);
         ledger.append(e, chrono::Utc::now()).with_context(|| {
             format!(
@@ -369,6 +470,12 @@ fn print_human(r: &BenchReport) {
     );
     if let Some(c) = &r.cublas {
         outln!("cuBLAS: {c}");
+    }
+    if let Some(e) = &r.gpu_error {
+        outln!("GPU bench could not run: {e}");
+    }
+    if let Some(g) = &r.gpu_reader {
+        outln!("GPU telemetry: {g}");
     }
     outln!(
         "{:<6} {:>6} {:>11} {:>11} {:>9} {:>7}",

@@ -29,7 +29,17 @@ pub fn run(program: &Path, args: &[&str], limit: Duration) -> Result<Output> {
 }
 
 /// Run a prepared command (its env and args set by the caller), killing it after `limit`.
-pub fn run_command(mut cmd: Command, limit: Duration) -> Result<Output> {
+pub fn run_command(cmd: Command, limit: Duration) -> Result<Output> {
+    run_command_observed(cmd, limit, |_| {})
+}
+
+/// `run_command`, telling `on_spawn` the child's PID once it runs (to tell it apart from
+/// other processes while it works).
+pub fn run_command_observed(
+    mut cmd: Command,
+    limit: Duration,
+    on_spawn: impl FnOnce(u32),
+) -> Result<Output> {
     let program = std::path::PathBuf::from(cmd.get_program());
     let mut child = cmd
         .stdin(Stdio::null())
@@ -37,6 +47,7 @@ pub fn run_command(mut cmd: Command, limit: Duration) -> Result<Output> {
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("running {}", program.display()))?;
+    on_spawn(child.id());
     let mut out = child.stdout.take().expect("piped stdout");
     let mut err = child.stderr.take().expect("piped stderr");
     let t_out = std::thread::spawn(move || {
