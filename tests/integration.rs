@@ -9,6 +9,7 @@ mod cli;
 mod critic;
 mod critic_live;
 mod fake_gpu_libs;
+mod gpu_check_script;
 mod hygiene;
 mod ledger;
 mod powercut;

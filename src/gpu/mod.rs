@@ -228,3 +228,25 @@ impl GpuReader for FailedGpu {
         Err(self.0.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_pids_give_no_vram_for_the_run_not_zero() {
+        let mut s = GpuSnapshot {
+            processes: vec![GpuProcess {
+                pid: 812_345,
+                gpu: 0,
+                used_memory: Some(20 << 30),
+            }],
+            source: "nvml".into(),
+            ..Default::default()
+        };
+        // The run's trainer is PID 40 here and 812345 on the host: 0 bytes was read before.
+        assert_eq!(s.memory_of(&[40]), Some(0));
+        s.foreign_pids = true;
+        assert_eq!(s.memory_of(&[40]), None);
+    }
+}

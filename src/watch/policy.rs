@@ -197,6 +197,20 @@ pub enum VramGate {
 
 pub fn vram_gate(snap: &GpuSnapshot, run_pids: &[u32], run_gpus: &[u32]) -> VramGate {
     let holding = |p: &&crate::gpu::GpuProcess| p.used_memory.is_none_or(|m| m > 0);
+    if snap.foreign_pids {
+        // Host PIDs (roger in a container): the run's and others' cannot be told apart, so
+        // wait for the run's GPUs to free up, killing and stopping nothing.
+        let held = snap
+            .processes
+            .iter()
+            .filter(holding)
+            .any(|p| run_gpus.contains(&p.gpu));
+        return if held {
+            VramGate::Run { pids: vec![] }
+        } else {
+            VramGate::Clear
+        };
+    }
     let mine: Vec<u32> = snap
         .processes
         .iter()
@@ -426,6 +440,20 @@ mod tests {
                 pids: vec![9],
                 bytes: 5
             }
+        );
+        // In a container the driver's PIDs are the host's: the run's own leftover (host PID
+        // 9) was "foreign" before, and on_foreign_vram = "stop" stopped the watch.
+        let host = |procs| GpuSnapshot {
+            foreign_pids: true,
+            ..snap(procs)
+        };
+        assert_eq!(
+            vram_gate(&host(vec![(9, 0, 5)]), &[1], &[0]),
+            VramGate::Run { pids: vec![] }
+        );
+        assert_eq!(
+            vram_gate(&host(vec![(8, 1, 7)]), &[1], &[0]),
+            VramGate::Clear
         );
     }
 }
