@@ -251,6 +251,29 @@ fn nvml_so_1_loads_a_lost_gpu_fails_and_the_others_are_kept() {
 }
 
 #[test]
+fn an_nvml_stub_is_unknown_with_the_reason_not_a_panic() {
+    let env = Env::new();
+    let dir = env.path("lib");
+    // Initialises fine but has no nvmlShutdown: nvml-wrapper's drop panicked on it (exit 101).
+    let stub = "int nvmlInit_v2(void) { return 0; }\nint nvmlDeviceGetCount_v2(unsigned *n) { *n = 0; return 0; }\n";
+    let Some(_) = cc_shared(&dir, "libnvidia-ml.so.1", stub) else {
+        return;
+    };
+    let run = nvml_probe(&env, &dir, &[]).expect(3);
+    let why = json(&run)["gpu_error"].as_str().unwrap().to_string();
+    assert!(
+        why.contains("libnvidia-ml.so.1 lacks nvmlShutdown"),
+        "{why}"
+    );
+    // A library that loads but does not initialise is the answer too (999: Unknown Error).
+    let failing = "int nvmlInit_v2(void) { return 999; }\nint nvmlShutdown(void) { return 0; }\n";
+    cc_shared(&dir, "libnvidia-ml.so.1", failing).unwrap();
+    let run = nvml_probe(&env, &dir, &[]).expect(3);
+    let why = json(&run)["gpu_error"].as_str().unwrap().to_string();
+    assert!(why.contains("libnvidia-ml.so.1: NVML init"), "{why}");
+}
+
+#[test]
 fn in_a_container_pid_namespace_holders_are_listed_not_judged() {
     let env = Env::new();
     let dir = env.path("lib");

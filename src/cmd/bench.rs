@@ -473,6 +473,8 @@ fn print_human(r: &BenchReport) {
     }
     if let Some(e) = &r.gpu_error {
         outln!("GPU bench could not run: {e}");
+        outln!("bench: {}", r.status);
+        return;
     }
     if let Some(g) = &r.gpu_reader {
         outln!("GPU telemetry: {g}");

@@ -186,10 +186,14 @@ fn open_auto() -> Box<dyn GpuReader> {
         Err(e) => e,
     };
     match smi::SmiGpu::find() {
-        Ok(r) => Box::new(Fallback {
-            inner: Box::new(r),
-            why: format!("NVML did not load ({nvml_err}); reading the GPUs through nvidia-smi instead (slower; no XID events)"),
-        }),
+        Ok(r) => {
+            let why = format!("NVML did not load ({nvml_err}); reading the GPUs through nvidia-smi instead (slower; no XID events)");
+            tracing::warn!("{why}");
+            Box::new(Fallback {
+                inner: Box::new(r),
+                why,
+            })
+        }
         Err(smi_err) => {
             let smi_err = match smi_err {
                 GpuError::NoGpu(w) | GpuError::Failed(w) => w,

@@ -53,6 +53,17 @@ pub fn init_error(e: NvmlError) -> GpuError {
 pub fn init() -> Result<(Nvml, String), GpuError> {
     let mut last = None;
     for name in LIB_NAMES {
+        // nvml-wrapper calls nvmlShutdown with `expect` when it drops: a library without it
+        // (a stub, a broken install) would panic roger. Check before initialising.
+        if let Ok(lib) = super::dl::Library::open(name) {
+            let missing = lib.missing(&["nvmlInit_v2", "nvmlShutdown"]);
+            if !missing.is_empty() {
+                return Err(GpuError::Failed(format!(
+                    "{name} lacks {}: not a usable NVML library",
+                    missing.join(", ")
+                )));
+            }
+        }
         match Nvml::builder().lib_path(std::ffi::OsStr::new(name)).init() {
             Ok(n) => return Ok((n, name.to_string())),
             Err(NvmlError::LibloadingError(e)) => last = Some(NvmlError::LibloadingError(e)),
@@ -289,9 +300,11 @@ pub fn spawn_xid_listener(
                 .device_count()
                 .map_err(|e| GpuError::Failed(e.to_string()))?;
             for i in 0..n {
-                let d = nvml
-                    .device_by_index(i)
-                    .map_err(|e| GpuError::Failed(e.to_string()))?;
+                // A GPU that cannot be opened (off the bus) must not cost the others their
+                // events; its XID 79 is in the kernel log, which probe reads.
+                let Ok(d) = nvml.device_by_index(i) else {
+                    continue;
+                };
                 set = d
                     .register_events(
                         nvml_wrapper::bitmasks::event::EventTypes::CRITICAL_XID_ERROR,
