@@ -306,6 +306,9 @@ pub fn read_vram(reader: &mut dyn GpuReader, pids: &[u32]) -> GpuVram {
         "memory of PID(s) {pid_list} on their fullest GPU ({})",
         snap.source
     );
+    if snap.foreign_pids {
+        return fail(scope, "the driver reports host PIDs (roger runs in a container's PID namespace): the run's own VRAM cannot be told apart".into());
+    }
     let mine: Vec<_> = snap
         .processes
         .iter()
@@ -496,7 +499,7 @@ pub(crate) mod tests {
             source: "fake".into(),
             ..Default::default()
         };
-        let mut fake = FakeGpu::new(vec![Ok(snap)]);
+        let mut fake = FakeGpu::new(vec![Ok(snap.clone())]);
         let total = read_vram(&mut fake, &[]);
         assert_eq!(total.used_gib, Some(Num(50.0)));
         assert!(total.scope.contains("no run PID"));
@@ -505,6 +508,14 @@ pub(crate) mod tests {
             .error
             .unwrap()
             .contains("hold no GPU memory"));
+        let mut host = FakeGpu::new(vec![Ok(GpuSnapshot {
+            foreign_pids: true,
+            ..snap.clone()
+        })]);
+        assert!(read_vram(&mut host, &[7])
+            .error
+            .unwrap()
+            .contains("host PIDs"));
         let mut none = FakeGpu::new(vec![Err(GpuError::NoGpu("no driver".into()))]);
         assert!(read_vram(&mut none, &[])
             .error
