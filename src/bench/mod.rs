@@ -4,6 +4,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod gpu;
 pub mod libs;
 pub mod load;
 

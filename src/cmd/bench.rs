@@ -11,9 +11,6 @@ use crate::outln;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -107,120 +104,6 @@ pub struct BenchReport {
     pub exit_code: u8,
 }
 
-/// What the GPU side produced: the worker's measurement and the parent's samples.
-struct GpuRun {
-    measured: Measured,
-    cublas: Option<String>,
-    reader: Option<String>,
-    load: Option<Load>,
-    /// Why the samples could not be attributed to the bench's GPU.
-    load_note: Option<String>,
-}
-
-/// How often the parent samples the GPU while the worker runs.
-const SAMPLE_EVERY: Duration = Duration::from_millis(250);
-
-/// Run the worker while a thread samples the GPUs; a failure is the reason, in words.
-fn gpu_bench(
-    args: &BenchArgs,
-    bc: &crate::config::BenchConfig,
-    gpu_cfg: &crate::config::GpuConfig,
-) -> std::result::Result<GpuRun, String> {
-    if !libs::driver_present() {
-        return Err(format!(
-            "no NVIDIA driver: {} could not be loaded (use --device cpu for the CPU GEMM)",
-            libs::DRIVER_NAMES.join(", ")
-        ));
-    }
-    let mut cublas = None;
-    let ld = match libs::locate_cublas() {
-        libs::Cublas::OnLoaderPath => None,
-        libs::Cublas::Found(f) => {
-            cublas = Some(format!("found {} (added its directory to the worker's LD_LIBRARY_PATH)", f.display()));
-            f.parent().map(Path::to_path_buf)
-        }
-        libs::Cublas::Missing { searched } => return Err(format!(
-            "cuBLAS (libcublas.so.12) not found: install the CUDA 12 toolkit or `pip install nvidia-cublas-cu12`, or put its directory on LD_LIBRARY_PATH; searched {}",
-            searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        )),
-    };
-    let sizes = if args.sizes.is_empty() {
-        bc.sizes.clone()
-    } else {
-        args.sizes.clone()
-    };
-    // Throttle reasons and clocks under load are the telling ones: read them while the worker
-    // runs, not after it exited.
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let stop = stop.clone();
-        let cfg = gpu_cfg.clone();
-        std::thread::spawn(move || {
-            let mut reader = crate::gpu::open_reader(&cfg);
-            let mut snaps = Vec::new();
-            let mut first_error = None;
-            loop {
-                match reader.read() {
-                    Ok(s) => snaps.push(s),
-                    Err(e) => {
-                        first_error.get_or_insert(e.to_string());
-                    }
-                }
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                std::thread::sleep(SAMPLE_EVERY);
-            }
-            (snaps, first_error, reader.describe())
-        })
-    };
-    let mut worker_pid = None;
-    let result = bench::cuda::run_in_child(
-        args.gpu,
-        &sizes,
-        args.iters.unwrap_or(bc.iters),
-        &args.dtypes,
-        args.timeout,
-        ld.as_deref(),
-        |pid| worker_pid = Some(pid),
-    );
-    stop.store(true, Ordering::Relaxed);
-    let (snaps, read_error, reader) = sampler.join().unwrap_or_else(|_| {
-        (
-            Vec::new(),
-            Some("the GPU sampler thread panicked".into()),
-            String::new(),
-        )
-    });
-    let measured = result.map_err(|e| format!("{e:#}"))?;
-    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    let (load, load_note) = match snaps.last() {
-        None => (
-            None,
-            Some(format!(
-                "the GPU could not be sampled during the bench: {}",
-                read_error.unwrap_or_else(|| "no reading".into())
-            )),
-        ),
-        Some(last) => match load::target_gpu(
-            &last.gpus,
-            measured.uuid.as_deref(),
-            args.gpu,
-            visible.as_deref(),
-        ) {
-            Ok(i) => (Some(load::summarise(&snaps, i, worker_pid)), None),
-            Err(why) => (None, Some(why)),
-        },
-    };
-    Ok(GpuRun {
-        measured,
-        cublas,
-        reader: Some(reader).filter(|r| !r.is_empty()),
-        load,
-        load_note,
-    })
-}
-
 pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
     let cfg = crate::config::discover(global.config.as_deref())?;
     let bc = cfg.as_ref().map(|c| c.bench.clone()).unwrap_or_default();
@@ -266,7 +149,18 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
     let mut load = None;
     let measured = if use_gpu {
         let gpu_cfg = cfg.as_ref().map(|c| c.gpu.clone()).unwrap_or_default();
-        match gpu_bench(&args, &bc, &gpu_cfg) {
+        let job = bench::gpu::Job {
+            gpu: args.gpu,
+            sizes: if args.sizes.is_empty() {
+                bc.sizes.clone()
+            } else {
+                args.sizes.clone()
+            },
+            iters: args.iters.unwrap_or(bc.iters),
+            dtypes: args.dtypes.clone(),
+            timeout: args.timeout,
+        };
+        match bench::gpu::run(&job, &gpu_cfg) {
             Ok(run) => {
                 cublas = run.cublas;
                 gpu_reader = run.reader;
