@@ -3,7 +3,8 @@
 # reasons when one fails (no GPU or no driver included), 2 when it cannot check at all (no
 # binary, no python3).
 # Needs a prebuilt release binary (it never builds: `cargo build --release --locked` first,
-# or point ROGER_BIN at one) and python3 (to read roger's JSON). A few minutes at most.
+# or point ROGER_BIN at one) and python3 (to read roger's JSON). About a minute on an H100-class
+# GPU; every step is bounded, so at most about 8 minutes even when steps hang.
 #
 #   tests/gpu/check.sh                               # uses target/release/roger
 #   ROGER_BIN=/path/to/roger OUT=/tmp/gpucheck tests/gpu/check.sh
@@ -58,21 +59,22 @@ else
 fi
 
 step "probes: auto, NVML, nvidia-smi"
-run probe_auto 120 probe --json --no-ledger --source auto
-run probe_nvml 120 probe --json --no-ledger --source nvml
-run probe_smi 120 probe --json --no-ledger --source smi
+run probe_auto 45 probe --json --no-ledger --source auto
+run probe_nvml 45 probe --json --no-ledger --source nvml
+run probe_smi 45 probe --json --no-ledger --source smi
 
 step "bench --json on GPU $GPU"
-run bench 300 bench --json --no-ledger --device gpu --gpu "$GPU" --timeout 4m
+run bench 200 bench --json --no-ledger --device gpu --gpu "$GPU" --timeout 3m
 
 step "probe while a bench worker runs"
 # fp32 at 8192 keeps the worker busy for seconds (minutes on a small GPU).
-timeout -k 10 240 "$BIN" bench --json --no-ledger --device gpu --gpu "$GPU" \
-  --dtypes fp32,bf16 --sizes 8192 --iters 300 --timeout 3m >"$OUT/bench_bg.json" 2>"$OUT/bench_bg.err" &
+timeout -k 5 150 "$BIN" bench --json --no-ledger --device gpu --gpu "$GPU" \
+  --dtypes fp32,bf16 --sizes 8192 --iters 300 --timeout 140s >"$OUT/bench_bg.json" 2>"$OUT/bench_bg.err" &
 bg=$!
 seen=0
-for i in $(seq 1 120); do
-  run probe_during 60 probe --json --no-ledger --source auto
+deadline=$((SECONDS + 150))
+while [ "$SECONDS" -lt "$deadline" ]; do
+  run probe_during 30 probe --json --no-ledger --source auto
   if python3 - "$OUT/probe_during.json" <<'PY'
 import json, sys
 try:
@@ -91,7 +93,7 @@ PY
   sleep 0.5
 done
 echo "worker seen by a probe: $seen" >&2
-wait "$bg" || true
+wait "$bg" || true  # ends by itself in seconds; timeout stops its whole process group at 150 s
 
 step "verdict"
 python3 - <<'PY'
