@@ -167,3 +167,43 @@ fn a_slow_gemm_a_fallback_reader_or_no_binary_fail_with_the_reason() {
         "{err}"
     );
 }
+
+#[test]
+fn the_real_roger_without_a_gpu_fails_every_check_with_valid_json() {
+    // The field names check.sh reads are the ones roger writes: run it on the real binary.
+    if !available("bash") || !available("python3") {
+        println!("skipped: check.sh needs bash and python3");
+        return;
+    }
+    if roger::bench::libs::driver_present() {
+        println!("skipped: a CUDA driver is installed here");
+        return;
+    }
+    let env = Env::new();
+    let out = env.path("out");
+    let o = Command::new("bash")
+        .arg(repo_root().join("tests/gpu/check.sh"))
+        .env("ROGER_BIN", crate::util::roger_bin())
+        .env("OUT", &out)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("bash");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("FAIL reader: source none"), "{err}");
+    assert!(
+        err.contains("FAIL bench: the GPU bench could not run: no NVIDIA driver"),
+        "{err}"
+    );
+    for f in [
+        "probe_auto",
+        "probe_nvml",
+        "probe_smi",
+        "bench",
+        "probe_during",
+        "verdict",
+    ] {
+        let text = env.read(&format!("out/{f}.json"));
+        serde_json::from_str::<Value>(&text).unwrap_or_else(|e| panic!("{f}.json: {e}: {text}"));
+    }
+}

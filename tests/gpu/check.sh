@@ -121,7 +121,7 @@ if auto is None:
 else:
     src, reader, fb = auto.get("gpu_source"), auto.get("gpu_reader") or "", auto.get("gpu_fallback")
     check("reader", src == "nvml" and "NVML" in reader and not fb,
-          f"source {src}, reader {reader or 'none'}" + (f"; fell back: {fb}" if fb else "")
+          f"source {src or 'none'}, reader {reader or 'none'}" + (f"; fell back: {fb}" if fb else "")
           + (f"; error: {auto.get('gpu_error')}" if auto.get("gpu_error") else ""))
 
 nv, why_nv = load("probe_nvml")
