@@ -115,6 +115,8 @@ fn write_ledger(ledger: &Ledger, run: &str, r: &ProbeReport) -> Result<()> {
         .field("status", &r.status)
         .field("gpu_source", &r.gpu_source)
         .field("gpu_reader", &r.gpu_reader)
+        .field("gpu_fallback", &r.gpu_fallback)
+        .field("pid_namespace", &r.pid_namespace)
         .field("gpus", gpus)
         .field(
             "vram_holders",
