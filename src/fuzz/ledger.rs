@@ -177,7 +177,7 @@ fn read_records(records: &[Record]) {
     crate::hygiene::flap::flap_states(&verdicts, &Default::default());
     crate::critic::replay::replay(records);
     for r in records {
-        crate::cmd::ledger::human(r);
+        crate::report::sentence::line(r);
         serde_json::to_string(r).expect("a record serialises");
     }
 }

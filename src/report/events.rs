@@ -390,7 +390,7 @@ impl Events {
             })
             .map(|gap| gap.1 - gap.0 - step_s.unwrap_or(0.0))
             .filter(|s| *s > 0.0)
-            .sum();
+            .fold(0.0, |a, b| a + b);
         g.wall_s = wall(mine, series, inputs);
         let lost = g.detect_s + g.restart_s + g.recomputed_s + g.grind_s + g.publish_s;
         g.training_s = (g.wall_s - lost).max(0.0);
@@ -421,7 +421,7 @@ fn publish_blocked(
         .filter_map(|r| series.probe_at(unix(r.ts)))
         .filter_map(|p| Some(p.after?.1 - p.before?.1 - step_s))
         .filter(|s| *s > 0.0 && *s < 3600.0)
-        .sum()
+        .fold(0.0, |a, b| a + b)
 }
 
 /// From the first thing seen (a launch or a sample) in the window to the end: the watch's

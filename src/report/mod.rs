@@ -9,15 +9,21 @@
 //! - [`Gather`]: the same, fed the log in chunks (a 10-million-step log never sits in memory).
 //! - [`load`]: the edge that reads the files a config names and gathers (`roger report`,
 //!   `roger status`).
+//! - Printers: [`html::page`], [`text::digest`] (the 20-line digest notifications send),
+//!   [`sentence::line`] (one ledger record as a sentence, `roger ledger tail`).
 
 pub mod events;
 mod headline;
+pub mod html;
 pub mod load;
+pub mod plot;
+pub mod sentence;
 pub mod series;
 mod tables;
+pub mod text;
 
 pub use events::{CheckStrip, CkptRow, Goodput, Incident, Marker};
-pub use headline::{Eta, Headline, LastGood, LastVerdict, State};
+pub use headline::{human_duration, Eta, Headline, LastGood, LastVerdict, State};
 pub use load::{load, Loaded, Options};
 pub use series::{Bucket, Segment, Series};
 
