@@ -94,7 +94,12 @@ pub fn run(global: &Global, args: ReportArgs) -> Result<u8> {
             .map_or_else(|| PathBuf::from("."), |p| p.to_path_buf())
             .join("roger-report.html")
     });
-    let page = report::html::page(night);
+    let dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), |p| p.to_path_buf());
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    let page = report::html::page(night, Some(&dir));
     write_replacing(&out, page.as_bytes())?;
     outln!("{}", out.display());
     eprintln!(

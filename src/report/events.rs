@@ -71,11 +71,13 @@ pub fn is_launch(r: &Record) -> bool {
     matches!(r.str_field("event"), Some("start") | Some("launched"))
 }
 
-/// Records whose instant the log is probed around.
+/// Records whose instant the log is probed around: goodput's edges, and the markers that
+/// may lack a step of their own.
 pub fn needs_probe(r: &Record) -> bool {
     match r.kind {
-        Kind::Kill | Kind::Relaunch | Kind::Publish => true,
-        Kind::Watch => is_launch(r) || r.str_field("event") == Some("exited"),
+        Kind::Kill | Kind::Relaunch | Kind::Publish | Kind::Breaker => true,
+        Kind::Watch => is_launch(r) || matches!(r.str_field("event"), Some("exited") | Some("xid")),
+        Kind::Note => r.str_field("event") == Some("publish-rejected"),
         _ => false,
     }
 }

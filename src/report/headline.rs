@@ -357,10 +357,13 @@ fn worst_reason(r: &Record) -> String {
         .unwrap_or_default()
 }
 
-/// "3h 12m", "4m 05s", "12s".
+/// "3h 12m", "4m 05s", "12s"; past a year, "over a year".
 pub fn human_duration(s: f64) -> String {
     if !s.is_finite() {
         return "?".into();
+    }
+    if s > 365.0 * 86400.0 {
+        return "over a year".into();
     }
     let s = s.max(0.0).round() as u64;
     match s {

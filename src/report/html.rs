@@ -7,6 +7,7 @@ use super::plot::{self, PLOTS};
 use super::{Goodput, Night, State};
 use crate::config::units::format_bytes;
 use maud::{html, Markup, PreEscaped, DOCTYPE};
+use std::path::Path;
 
 const CSS: &str = include_str!("page.css");
 /// Checkpoint rows shown (newest); the rest are counted.
@@ -14,7 +15,8 @@ const CKPT_ROWS: usize = 40;
 /// Incident rows shown (first ones); the rest are counted.
 const INCIDENT_ROWS: usize = 200;
 
-pub fn page(n: &Night) -> String {
+/// The page. `dir`: where it will be written, so evidence files link by relative path.
+pub fn page(n: &Night, dir: Option<&Path>) -> String {
     let h = &n.headline;
     let state_class = match h.state {
         State::Ok => "ok",
@@ -52,7 +54,7 @@ pub fn page(n: &Night) -> String {
                         }
                         @for spec in &PLOTS { (plot::plot(n, spec)) }
                     }
-                    section id="incidents" { (incidents(n)) }
+                    section id="incidents" { (incidents(n, dir)) }
                     section id="goodput" { (goodput(&n.goodput)) }
                     section id="checkpoints" { (checkpoints(n)) }
                     section id="critic" { (critic(n)) }
@@ -147,7 +149,7 @@ fn facts(n: &Night) -> Markup {
     }
 }
 
-fn incidents(n: &Night) -> Markup {
+fn incidents(n: &Night, dir: Option<&Path>) -> Markup {
     html! {
         h2 { "Incidents" small { " " (n.incidents.len()) } }
         @if n.incidents.is_empty() {
@@ -164,7 +166,12 @@ fn incidents(n: &Night) -> Markup {
                             td { @for a in &i.actions { div { (a) } } }
                             td.n { (i.down_s.map_or("—".into(), human_duration)) }
                             td.seq { @for s in &i.seqs { "#" (s) " " } }
-                            td { @for e in &i.evidence { a href=(e) { (e.rsplit('/').next().unwrap_or(e)) } " " } }
+                            td {
+                                @for e in &i.evidence {
+                                    @let name = e.rsplit('/').next().unwrap_or(e);
+                                    @match link(e, dir) { Some(href) => { a href=(href) title=(e) { "evidence" } " " }, None => { span.muted title=(e) { (name) } " " } }
+                                }
+                            }
                         }
                     }
                 }
@@ -242,7 +249,7 @@ fn checkpoints(n: &Night) -> Markup {
                         tr class=(format!("fate-{}", c.fate)) {
                             td.t { (c.published.format("%m-%d %H:%M:%S")) }
                             td.n { (c.step.map_or("?".into(), |s| s.to_string())) }
-                            td.path { (c.path) }
+                            td.path title=(c.path) { (c.path.rsplit('/').next().unwrap_or(&c.path)) }
                             td.n { (c.size.map_or("?".into(), format_bytes)) }
                             td {
                                 @if Some(c.seq) == good { b.good { "last good" } } @else { (c.fate) }
@@ -342,4 +349,25 @@ fn d_when(n: &Night) -> String {
         ),
         None => String::new(),
     }
+}
+
+/// A relative link to an evidence file: under the page's directory, or already relative.
+/// Anything else (another tree, a `scheme:` string from a hostile record) is not linked.
+fn link(evidence: &str, dir: Option<&Path>) -> Option<String> {
+    let p = Path::new(evidence);
+    let rel = if p.is_absolute() {
+        p.strip_prefix(dir?).ok()?.to_path_buf()
+    } else {
+        p.to_path_buf()
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for c in rel.components() {
+        match c {
+            std::path::Component::Normal(p) => parts.push(p.to_str()?),
+            std::path::Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    let text = parts.join("/");
+    (!text.is_empty() && !text.contains(':')).then_some(text)
 }

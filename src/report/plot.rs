@@ -14,10 +14,12 @@ pub const WIDTH: f64 = 960.0;
 pub const HEIGHT: f64 = 190.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 14.0;
-const TOP: f64 = 22.0;
+const TOP: f64 = 40.0;
 const BOTTOM: f64 = 24.0;
-/// Labels closer than this (px) to the previous one are left to the line's tooltip.
-const LABEL_GAP: f64 = 70.0;
+/// Rows of marker labels above the plot; a label that fits in none is left to the tooltip.
+const LABEL_ROWS: usize = 3;
+/// About the width of one label character at the label font size (px).
+const LABEL_CHAR: f64 = 6.0;
 
 /// What one plot shows.
 pub struct PlotSpec {
@@ -296,7 +298,11 @@ pub fn plot(n: &Night, spec: &PlotSpec) -> Markup {
         figure.plot data-metric=(metric_name) {
             figcaption {
                 (spec.title)
-                @if spec.overlay.is_some() { span.legend { " — train " span.sw.s0 {} " eval " span.sw.eval {} } }
+                @if let Some(k) = n.declared.keys.get(spec.metric).filter(|k| !k.is_empty() && k.as_str() != metric_name) {
+                    span.key { " · log key " code { (k) } }
+                }
+                @if spec.overlay.is_some_and(|o| finite_range(n, o).is_some()) { span.legend { " · eval loss dashed" } }
+                @if n.segments.len() > 1 { span.legend { " · one colour per launch" } }
                 @if !has_data { span.none { " — not in the log" } }
             }
             svg viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) role="img" aria-label=(format!("{} by step", spec.title)) {
@@ -335,23 +341,24 @@ pub fn plot(n: &Night, spec: &PlotSpec) -> Markup {
 }
 
 fn markers(ms: &[Marker], fr: &Frame) -> Markup {
-    let mut last_label = f64::NEG_INFINITY;
-    let placed: Vec<(f64, bool, &Marker)> = ms
+    // Each label takes the first row where it does not run into the previous one.
+    let mut row_end = [f64::NEG_INFINITY; LABEL_ROWS];
+    let placed: Vec<(f64, Option<usize>, &Marker)> = ms
         .iter()
         .map(|m| {
             let x = fr.x(m.step as f64);
-            let labelled = x - last_label >= LABEL_GAP;
-            if labelled {
-                last_label = x;
+            let row = (0..LABEL_ROWS).find(|r| x >= row_end[*r] + 4.0);
+            if let Some(r) = row {
+                row_end[r] = x + 3.0 + LABEL_CHAR * m.label.chars().count() as f64;
             }
-            (x, labelled, m)
+            (x, row, m)
         })
         .collect();
     html! {
-        @for (x, labelled, m) in placed {
-            line class=(format!("mark {}", m.kind)) x1=(f1(x)) x2=(f1(x)) y1=(f1(TOP)) y2=(f1(HEIGHT - BOTTOM)) { title { (m.label) " at step " (m.step) } }
-            @if labelled {
-                text class=(format!("mlabel {}", m.kind)) x=(f1(x + 3.0)) y=(f1(TOP - 6.0)) { (m.label) }
+        @for (x, row, m) in placed {
+            line class=(format!("mark {}", m.kind)) x1=(f1(x)) x2=(f1(x)) y1=(f1(TOP - 2.0 - 11.0 * row.map_or(0.0, |r| r as f64))) y2=(f1(HEIGHT - BOTTOM)) { title { (m.label) " at step " (m.step) } }
+            @if let Some(r) = row {
+                text class=(format!("mlabel {}", m.kind)) x=(f1(x + 3.0)) y=(f1(TOP - 5.0 - 11.0 * r as f64)) { (m.label) }
             }
         }
     }

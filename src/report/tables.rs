@@ -17,7 +17,7 @@ pub struct CkptRow {
     pub path: String,
     pub size: Option<u64>,
     pub published: DateTime<Utc>,
-    /// live, pruned, quarantined, tainted.
+    /// live, pruned, quarantined, tainted, replaced (published again at the same path).
     pub fate: String,
     /// Why, for pruned/quarantined/tainted.
     pub why: Option<String>,
@@ -45,6 +45,8 @@ pub struct Declared {
     pub schedule: Option<crate::config::ScheduleConfig>,
     pub lr_tolerance: Option<f64>,
     pub total_steps: Option<u64>,
+    /// The log key of each plotted metric (as in `series::PLOTTED`), from `[metrics]`.
+    pub keys: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -77,6 +79,17 @@ impl Declared {
             schedule: cfg.schedule.clone(),
             lr_tolerance: cfg.schedule.as_ref().map(|s| s.tolerance * s.peak_lr),
             total_steps: cfg.schedule.as_ref().and_then(|s| s.total_steps),
+            keys: {
+                let m = &cfg.metrics;
+                vec![
+                    m.loss.clone(),
+                    m.eval_loss.clone(),
+                    m.lr.first().to_string(),
+                    m.grad_norm.clone(),
+                    m.tokens_per_s.clone(),
+                    m.vram.clone(),
+                ]
+            },
         }
     }
 
@@ -136,7 +149,21 @@ pub fn checkpoints(mine: &[&Record], inputs: &Inputs) -> Vec<CkptRow> {
                 } else {
                     ("live", None)
                 };
-                rows.retain(|c| c.path != path || c.fate == "pruned");
+                // Published again at the same path (a relaunch redoing the step): the old
+                // row stays, as what it was, with what replaced it.
+                for old in rows
+                    .iter_mut()
+                    .filter(|c| c.path == path && matches!(c.fate.as_str(), "live" | "tainted"))
+                {
+                    if old.fate == "live" {
+                        old.fate = "replaced".into();
+                    }
+                    let by = format!("replaced by the publish #{}", r.seq);
+                    old.why = Some(match old.why.take() {
+                        Some(w) => format!("{w}; {by}"),
+                        None => by,
+                    });
+                }
                 rows.push(CkptRow {
                     seq: r.seq,
                     step: r.step,
@@ -154,7 +181,7 @@ pub fn checkpoints(mine: &[&Record], inputs: &Inputs) -> Vec<CkptRow> {
                 if let Some(c) = rows
                     .iter_mut()
                     .rev()
-                    .find(|c| c.path == p && c.fate != "pruned")
+                    .find(|c| c.path == p && matches!(c.fate.as_str(), "live" | "tainted"))
                 {
                     c.fate = "pruned".into();
                     c.why = r.str_field("reason").map(String::from);
