@@ -357,7 +357,7 @@ fn worst_reason(r: &Record) -> String {
         .unwrap_or_default()
 }
 
-/// "3h 12m", "4m 05s", "12s"; past a year, "over a year".
+/// "3h 12m", "4m 05s", "12s", "0.4s"; past a year, "over a year".
 pub fn human_duration(s: f64) -> String {
     if !s.is_finite() {
         return "?".into();
@@ -365,7 +365,11 @@ pub fn human_duration(s: f64) -> String {
     if s > 365.0 * 86400.0 {
         return "over a year".into();
     }
-    let s = s.max(0.0).round() as u64;
+    if s < 9.95 {
+        // Short nights and fast restarts: a tenth of a second still says something.
+        return format!("{:.1}s", s.max(0.0));
+    }
+    let s = s.round() as u64;
     match s {
         0..60 => format!("{s}s"),
         60..3600 => format!("{}m {:02}s", s / 60, s % 60),

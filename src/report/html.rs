@@ -166,7 +166,7 @@ fn incidents(n: &Night, dir: Option<&Path>) -> Markup {
                             td { @for a in &i.actions { div { (a) } } }
                             td.n { (i.down_s.map_or("—".into(), human_duration)) }
                             td.seq { @for s in &i.seqs { "#" (s) " " } }
-                            td {
+                            td.t {
                                 @for e in &i.evidence {
                                     @let name = e.rsplit('/').next().unwrap_or(e);
                                     @match link(e, dir) { Some(href) => { a href=(href) title=(e) { "evidence" } " " }, None => { span.muted title=(e) { (name) } " " } }
@@ -208,7 +208,7 @@ fn goodput(g: &Goodput) -> Markup {
             Some(r) => p.big { (format!("{:.1}", 100.0 * r)) "% " span.muted { "of " (human_duration(g.wall_s)) " of wall time went to new training steps" } },
             None => p.note { "No wall time yet." },
         }
-        svg.goodput viewBox="0 0 940 28" role="img" aria-label="goodput stacked bar" {
+        svg.goodput viewBox="0 0 940 28" preserveAspectRatio="none" role="img" aria-label="goodput stacked bar" {
             @for (c, l, at, w, s) in &bars {
                 rect class=(format!("gp {c}")) x=(format!("{at:.1}")) y="0" width=(format!("{w:.1}")) height="28" { title { (l) ": " (human_duration(*s)) } }
             }
@@ -251,9 +251,10 @@ fn checkpoints(n: &Night) -> Markup {
                             td.n { (c.step.map_or("?".into(), |s| s.to_string())) }
                             td.path title=(c.path) { (c.path.rsplit('/').next().unwrap_or(&c.path)) }
                             td.n { (c.size.map_or("?".into(), format_bytes)) }
-                            td {
+                            td title=(c.why.clone().unwrap_or_default()) {
                                 @if Some(c.seq) == good { b.good { "last good" } } @else { (c.fate) }
-                                @if let Some(w) = &c.why { br; small.muted { (w) } }
+                                // Why a checkpoint is not trusted is the news; retention is routine.
+                                @if let (Some(w), true) = (&c.why, matches!(c.fate.as_str(), "tainted" | "quarantined")) { br; small.muted { (w) } }
                             }
                             td.seq { "#" (c.seq) }
                         }
@@ -276,6 +277,15 @@ fn critic(n: &Night) -> Markup {
             },
         );
     let worst = n.critic.iter().max_by_key(|c| (rank(&c.worst), c.changes));
+    // A status holds until the next verdict: a check a later verdict leaves out shows a gap.
+    let mut times: Vec<chrono::DateTime<chrono::Utc>> = n
+        .critic
+        .iter()
+        .flat_map(|c| c.points.iter().map(|p| p.0))
+        .collect();
+    times.sort();
+    times.dedup();
+    let next = |t: chrono::DateTime<chrono::Utc>| times.iter().find(|u| **u > t).copied();
     html! {
         h2 { "Critic" }
         @if n.critic.is_empty() { p.note { "No verdicts." } }
@@ -287,13 +297,13 @@ fn critic(n: &Night) -> Markup {
             table.strips {
                 @for c in &n.critic {
                     tr {
-                        td.check { (c.check) br; small.muted { (c.changes) " changes" } }
+                        td.check { (c.check) " " small.muted { (c.changes) " changes" } }
                         td {
                             svg.strip viewBox="0 0 800 16" preserveAspectRatio="none" role="img" aria-label=(format!("{} statuses over time", c.check)) {
-                                @for (i, p) in c.points.iter().enumerate() {
-                                    @let x0 = 800.0 * ((p.0 - a).num_milliseconds() as f64 / 1000.0) / secs;
-                                    @let x1 = c.points.get(i + 1).map_or(800.0, |q| 800.0 * ((q.0 - a).num_milliseconds() as f64 / 1000.0) / secs);
-                                    rect class=(format!("st {}", p.2)) x=(format!("{x0:.1}")) y="0" width=(format!("{:.1}", (x1 - x0).max(1.0))) height="16" { title { (p.2) " at step " (p.1.map_or("?".into(), |s| s.to_string())) ", " (p.0.format("%H:%M:%S")) } }
+                                @for r in strip_runs(&c.points, &next, a, secs) {
+                                    rect class=(format!("st {}", r.status)) x=(format!("{:.1}", r.x0)) y="0" width=(format!("{:.1}", (r.x1 - r.x0).max(1.0))) height="16" {
+                                        title { (r.status) " from step " (r.step.map_or("?".into(), |s| s.to_string())) ", " (r.at.format("%H:%M:%S")) @if r.verdicts > 1 { " (" (r.verdicts) " verdicts)" } }
+                                    }
                                 }
                             }
                         }
@@ -370,4 +380,59 @@ fn link(evidence: &str, dir: Option<&Path>) -> Option<String> {
     }
     let text = parts.join("/");
     (!text.is_empty() && !text.contains(':')).then_some(text)
+}
+
+/// One stretch of a strip: a status held over consecutive verdicts.
+struct Run<'a> {
+    x0: f64,
+    x1: f64,
+    status: &'a str,
+    step: Option<u64>,
+    at: chrono::DateTime<chrono::Utc>,
+    verdicts: usize,
+}
+
+/// Strip width in SVG units; more runs than this are merged per unit, the worst status shown.
+const STRIP: f64 = 800.0;
+
+type Instant = chrono::DateTime<chrono::Utc>;
+
+/// A check's points as runs of one status (a status holds until the next verdict of any
+/// check), at most one per strip unit so a month of verdicts stays a small page.
+fn strip_runs<'a>(
+    points: &'a [(Instant, Option<u64>, String)],
+    next: &dyn Fn(Instant) -> Option<Instant>,
+    start: Instant,
+    secs: f64,
+) -> Vec<Run<'a>> {
+    let x = |t: Instant| STRIP * ((t - start).num_milliseconds() as f64 / 1000.0) / secs;
+    let mut runs: Vec<Run> = Vec::new();
+    for (t, step, status) in points {
+        let x0 = x(*t);
+        let x1 = next(*t).map_or(STRIP, x);
+        match runs.last_mut() {
+            Some(r) if r.status == status && (r.x1 - x0).abs() < 1e-9 => {
+                r.x1 = x1;
+                r.verdicts += 1;
+            }
+            Some(r) if x0.floor() == r.x0.floor() && x0.floor() == r.x1.floor() => {
+                // Inside one unit: keep the worse status.
+                if rank(status) > rank(r.status) {
+                    r.status = status;
+                    r.step = *step;
+                }
+                r.x1 = x1;
+                r.verdicts += 1;
+            }
+            _ => runs.push(Run {
+                x0,
+                x1,
+                status,
+                step: *step,
+                at: *t,
+                verdicts: 1,
+            }),
+        }
+    }
+    runs
 }

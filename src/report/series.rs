@@ -8,6 +8,7 @@
 
 use crate::metrics::Record as Sample;
 use serde::Serialize;
+use std::collections::VecDeque;
 
 /// Buckets per plot: about one per pixel column of the page's plots.
 pub const COLUMNS: usize = 640;
@@ -163,7 +164,7 @@ pub struct Series {
     launch_idx: usize,
     pub probes: Vec<Probe>,
     /// (step, time) of the newest segment's last samples.
-    pub recent: Vec<(u64, f64)>,
+    pub recent: VecDeque<(u64, f64)>,
     pub samples: u64,
     pub newest: Option<(u64, Option<f64>)>,
     /// The planned last step, as the log says it.
@@ -203,7 +204,7 @@ impl Series {
             launches,
             launch_idx: 0,
             probes,
-            recent: Vec::new(),
+            recent: VecDeque::with_capacity(RECENT),
             samples: 0,
             newest: None,
             log_total_steps: None,
@@ -269,7 +270,7 @@ impl Series {
                 seg.columns[m][col].push(s.step, v);
             }
         }
-        if let (Some(t), Some(&(_, prev))) = (time, self.recent.last()) {
+        if let (Some(t), Some(&(_, prev))) = (time, self.recent.back()) {
             let dt = t - prev;
             match self.typical {
                 Some(typ) if dt > GAP_FACTOR * typ && dt > 1.0 => {
@@ -284,9 +285,9 @@ impl Series {
         self.newest = Some((s.step, time));
         if let Some(t) = time {
             if self.recent.len() == RECENT {
-                self.recent.remove(0);
+                self.recent.pop_front();
             }
-            self.recent.push((s.step, t));
+            self.recent.push_back((s.step, t));
             self.probe(s.step, t);
         }
     }
@@ -360,9 +361,10 @@ impl Series {
     pub fn step_seconds(&self) -> Option<f64> {
         let mut per: Vec<f64> = self
             .recent
-            .windows(2)
-            .filter_map(|w| {
-                let (ds, dt) = (w[1].0.checked_sub(w[0].0)?, w[1].1 - w[0].1);
+            .iter()
+            .zip(self.recent.iter().skip(1))
+            .filter_map(|(a, b)| {
+                let (ds, dt) = (b.0.checked_sub(a.0)?, b.1 - a.1);
                 (ds > 0 && dt > 0.0).then(|| dt / ds as f64)
             })
             .collect();
