@@ -50,15 +50,8 @@ pub fn load(cfg: &Config, opts: &Options, now: DateTime<Utc>) -> Result<Loaded> 
         None
     };
     let verify = |c: &crate::checkpoints::Checkpoint| crate::checkpoints::verify_on_disk(c);
-    let log = opts.log.clone().or_else(|| {
-        cfg.run.log.as_ref().map(|l| {
-            if l.is_absolute() {
-                l.clone()
-            } else {
-                cfg.base_dir().join(l)
-            }
-        })
-    });
+    // `[run] log` is already resolved against the config's directory at load.
+    let log = opts.log.clone().or_else(|| cfg.run.log.clone());
     let inputs = Inputs {
         config: cfg,
         records: &scan.records,

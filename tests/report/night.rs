@@ -297,6 +297,25 @@ fn a_scripted_night_is_reported_as_it_happened() {
     assert!((sum - got("wall_s")).abs() < 1e-6, "{g:#}");
     assert!(g["recomputed_steps"].as_u64().unwrap() > 0);
 
+    // A copy of the three files elsewhere (another machine, after the run) tells the same.
+    for f in ["roger.toml", "train.jsonl", "roger-ledger.jsonl"] {
+        std::fs::create_dir_all(env.path("copy")).unwrap();
+        std::fs::copy(env.path(f), env.path(&format!("copy/{f}"))).unwrap();
+    }
+    let r = env
+        .run(&[
+            "--config",
+            "copy/roger.toml",
+            "report",
+            "--json",
+            "--now",
+            &now,
+        ])
+        .expect(0);
+    let copy: serde_json::Value = serde_json::from_str(&r.stdout()).unwrap();
+    assert_eq!(copy["incidents"], m["incidents"]);
+    assert_eq!(copy["goodput"], m["goodput"]);
+
     // --since: incidents and goodput from then on; the headline still covers the run.
     let after =
         (last + chrono::Duration::seconds(1)).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
