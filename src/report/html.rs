@@ -111,7 +111,7 @@ fn facts(n: &Night) -> Markup {
                 dd {
                     @if let Some(c) = &h.last_good {
                         "step " (c.step.map_or("?".into(), |s| s.to_string())) ", " (human_duration(c.age_s)) " ago, "
-                        @match c.verified { Some(true) => span.good { "verified now" }, _ => span.muted { "not re-hashed" } }
+                        @match c.verified { Some(true) => span.good { "verified now" }, _ => span.muted title="roger report --verify re-hashes it" { "not re-hashed" } }
                         small { " #" (c.seq) " " (c.path) }
                     } @else { span.bad { "none" } }
                 }
