@@ -26,9 +26,6 @@ keep_last = 6
 [gpu]
 source = "none"
 
-[critic]
-disk_check = true
-
 [schedule]
 kind = "constant"
 peak_lr = 0.0006
@@ -372,8 +369,14 @@ fn a_scripted_night_is_reported_as_it_happened() {
         std::fs::read(env.path("b.html")).unwrap(),
         "not deterministic"
     );
-    // Default: beside the ledger.
-    let d = report(&env, None, &[]).expect(0);
+    // Default: beside the ledger. The clock is not pinned, so the disk is measured now: this
+    // machine's own free space may warn (exit 1), and nothing else may.
+    let d = report(&env, None, &[]);
+    assert!(
+        d.code() == 0 || (d.code() == 1 && d.stderr().contains("ATTENTION: disk")),
+        "{}",
+        d.report()
+    );
     assert!(
         d.stdout().trim().ends_with("roger-report.html"),
         "{}",
