@@ -64,6 +64,9 @@ pub enum Command {
     /// GFLOPS without a GPU), and MFU arbitration: with --params and the run's tokens/s, says
     /// whether the GPU or the code is slow. Exit 0 ok, 1 warn, 2 fail, 3 unknown.
     Bench(cmd::bench::BenchArgs),
+    /// Write a commented roger.toml for a run that already has a log: detects the format,
+    /// maps the keys, fits the lr schedule and proposes per-phase bands from the data.
+    Init(cmd::init::InitArgs),
     /// Validate roger.toml and print the resolved phases.
     Check(cmd::check::CheckArgs),
     /// Read and verify the append-only ledger.

@@ -11,6 +11,7 @@ pub mod digest;
 pub mod exit;
 pub mod gpu;
 pub mod hygiene;
+pub mod init;
 pub mod ledger;
 pub mod metrics;
 pub mod out;

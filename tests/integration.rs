@@ -9,6 +9,7 @@ mod cli;
 mod critic;
 mod critic_live;
 mod hygiene;
+mod init;
 mod ledger;
 mod powercut;
 mod probe;

@@ -106,7 +106,7 @@ pub struct RegressArgs {
     pub json: bool,
 }
 
-fn parse_format(s: &str) -> Result<config::LogFormat, String> {
+pub fn parse_format(s: &str) -> Result<config::LogFormat, String> {
     serde_json::from_value(serde_json::Value::String(s.to_string()))
         .map_err(|_| format!("unknown format {s:?}; expected jsonl, csv, text or hf-trainer-state"))
 }

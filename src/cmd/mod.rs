@@ -6,6 +6,7 @@ pub mod completions;
 pub mod critic;
 pub mod critic_run;
 pub mod hygiene;
+pub mod init;
 pub mod ledger;
 pub mod probe;
 pub mod publish;
@@ -19,6 +20,7 @@ use anyhow::Result;
 /// Run a subcommand; the role says how an error maps to an exit code.
 pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
     match command {
+        Command::Init(a) => (Role::Actor, init::run(global, a)),
         Command::Check(a) => (Role::Judge, check::run(global, a)),
         Command::Ledger(a) => (Role::Actor, ledger::run(global, a)),
         Command::Completions(a) => (Role::Actor, completions::run(a)),
