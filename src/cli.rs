@@ -7,13 +7,19 @@ use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
 Exit codes:
-  judging commands (critic --once, probe, hygiene checks, bench, quarantine prove):
-    0 ok   1 warn   2 fail   3 unknown (could not judge)
-  acting commands (publish, watch, quarantine add/release, ledger):
+  judging commands (critic --once, probe, hygiene checks, bench, check, status, quarantine prove):
+    0 ok   1 warn   2 fail   3 unknown (could not judge; a usage error too)
+  acting commands (init, publish, watch, quarantine add/release, ledger):
     0 done   1 not done (cause on stderr)   2 usage error
   watch: 75 = breaker open or relaunch budget spent: do not restart
 
-Config: ./roger.toml, or --config FILE / ROGER_CONFIG. See roger.example.toml.";
+Config: ./roger.toml, or --config FILE / ROGER_CONFIG. See roger.example.toml.
+Colour: --color auto|always|never; NO_COLOR and CLICOLOR_FORCE are honoured.
+
+First steps:
+  roger init --log train_log.jsonl   write roger.toml from the run's own log
+  roger check                        validate it and show the phases
+  roger status                       the run at a glance (add --watch to keep it on screen)";
 
 /// roger: a guard for long GPU training runs.
 ///
@@ -73,6 +79,47 @@ pub enum Command {
     Ledger(cmd::ledger::LedgerArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
+}
+
+/// Subcommands that judge (their usage errors exit 3, UNKNOWN): named here, from the raw
+/// command line, because a command line that does not parse has no `Command` to ask.
+const JUDGES: &[&str] = &["critic", "probe", "bench", "check", "status"];
+
+/// Whether a (possibly malformed) command line names a judging command. Global options
+/// before the subcommand are skipped (`-c FILE`, `--config FILE`, `-v`, `-q`).
+pub fn role_of(args: &[std::ffi::OsString]) -> crate::exit::Role {
+    use crate::exit::Role;
+    let words: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut it = words.iter();
+    let mut command = None;
+    while let Some(w) = it.next() {
+        if w == "-c" || w == "--config" {
+            it.next();
+        } else if !w.starts_with('-') {
+            command = Some(w.as_str());
+            break;
+        }
+    }
+    let rest: Vec<&str> = it.map(String::as_str).collect();
+    let first_of = |names: &[&str]| rest.iter().find(|w| names.contains(w)).copied();
+    let judge = match command {
+        Some(c) if JUDGES.contains(&c) => true,
+        Some("hygiene") => first_of(&["disk", "clean", "flap", "regress"]) != Some("clean"),
+        Some("quarantine") => matches!(
+            first_of(&["add", "list", "show", "prove", "release", "purge", "scan"]),
+            Some("prove" | "scan")
+        ),
+        _ => false,
+    };
+    if judge {
+        Role::Judge
+    } else {
+        Role::Actor
+    }
 }
 
 /// Options every subcommand sees, turned into plain values.

@@ -122,6 +122,16 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
         Device::Auto => libs::driver_present(),
     };
     let mut findings = Vec::new();
+    // Auto mode on a machine expected to have a GPU but without a driver measured the CPU:
+    // say so loudly, and never call that "ok" for the GPU.
+    let cpu_instead = args.device == Device::Auto
+        && !use_gpu
+        && cfg.as_ref().is_none_or(|c| c.gpu.source != "none");
+    if cpu_instead {
+        let words = "no NVIDIA driver (libcuda.so could not be loaded): measured the CPU, not a GPU; the GPU is not judged (--device cpu, or [gpu] source = \"none\", for a CPU-only machine)";
+        crate::warnln!("{words}");
+        findings.push(Finding::new(Level::Info, "device", words));
+    }
     let mut cublas = None;
     let mut gpu_state = Vec::new();
     let mut bad_throttle = Vec::new();
@@ -259,7 +269,9 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
     let (status, code) = match checks::worst(&findings) {
         Level::Fail => ("fail", crate::exit::FAIL),
         Level::Warn => ("warn", crate::exit::WARN),
-        _ if unknown_gpu || summaries.is_empty() => ("unknown", crate::exit::UNKNOWN),
+        _ if unknown_gpu || cpu_instead || summaries.is_empty() => {
+            ("unknown", crate::exit::UNKNOWN)
+        }
         _ => ("ok", crate::exit::OK),
     };
     let report = BenchReport {

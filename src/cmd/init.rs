@@ -139,13 +139,13 @@ pub fn run(_global: &Global, a: InitArgs) -> Result<u8> {
     Config::parse(&proposal.text, &check_path)
         .context("the proposed config does not validate (a roger bug; please report it)")?;
     for l in &proposal.summary {
-        eprintln!("roger: init: {l}");
+        crate::noteln!("roger: init: {l}");
     }
     if to_stdout {
         outln!("{}", proposal.text.trim_end());
     } else {
         write_new(&a.out, &proposal.text, a.force)?;
-        eprintln!(
+        crate::noteln!(
             "roger: init: wrote {}; next: roger --config {} check",
             a.out.display(),
             a.out.display()
@@ -193,7 +193,7 @@ fn find_log(path: &Path) -> Result<PathBuf> {
     found.sort();
     match found.pop() {
         Some((_, p)) => {
-            eprintln!("roger: init: using {} (the newest log in {})", p.display(), path.display());
+            crate::noteln!("roger: init: using {} (the newest log in {})", p.display(), path.display());
             Ok(p)
         }
         None => bail!(

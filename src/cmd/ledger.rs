@@ -115,8 +115,8 @@ fn verify(ledger: &Ledger, json: bool) -> Result<u8> {
         );
     } else {
         for p in scan.problems.iter().filter(|p| p.torn) {
-            eprintln!(
-                "roger: warning: {}: line {} (offset {}): {}",
+            crate::warnln!(
+                "{}: line {} (offset {}): {}",
                 ledger.path().display(),
                 p.line,
                 p.offset,

@@ -55,6 +55,7 @@ pub fn run(global: &Global, args: ProbeArgs) -> Result<u8> {
         &probe::ProbeInputs {
             cfg: cfg.as_ref(),
             disk,
+            gpu_expected: gpu_cfg.source != "none",
         },
         reader.as_mut(),
     );

@@ -192,7 +192,7 @@ pub fn run(global: &Global, a: QuarantineArgs) -> Result<u8> {
         QuarantineAction::List { json } => {
             let (items, problems) = quarantine::list(&ctx.qdir)?;
             for p in &problems {
-                eprintln!("roger: warning: {p}");
+                crate::warnln!("{p}");
             }
             if json {
                 outln!("{}", serde_json::to_string(&items)?);
