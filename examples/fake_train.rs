@@ -15,6 +15,10 @@
 //!            --crash-at S                   exit 3 at step S
 //!            --nan-at S                     log a bare NaN loss from step S on
 //!            --leave-child FILE             start a child that outlives us; its pid in FILE
+//!            --eval-every N                 also log eval_loss every N steps
+//!            --vram-gib X                   also log vram_gib, X plus a slow sawtooth
+//!            --cues-on-resume               the cues above apply to resumed launches too
+//!                                           (a script picks each launch's cue: a scripted night)
 //!   always:  --crash-on-resume              exit 4 right away when resuming (a crash loop)
 //!            --ignore-term                  ignore SIGTERM
 //!            --pid-file FILE                append our pid
@@ -55,6 +59,9 @@ struct Opts {
     nan_at: Option<u64>,
     leave_child: Option<PathBuf>,
     crash_on_resume: bool,
+    cues_on_resume: bool,
+    eval_every: u64,
+    vram_gib: Option<f64>,
     ignore_term: bool,
     pid_file: Option<PathBuf>,
     term_file: Option<PathBuf>,
@@ -100,6 +107,15 @@ fn parse() -> Opts {
             "--nan-at" => o.nan_at = Some(num(val())),
             "--leave-child" => o.leave_child = Some(val().into()),
             "--crash-on-resume" => o.crash_on_resume = true,
+            "--cues-on-resume" => o.cues_on_resume = true,
+            "--eval-every" => o.eval_every = num(val()),
+            "--vram-gib" => {
+                o.vram_gib = Some(
+                    val()
+                        .parse()
+                        .unwrap_or_else(|_| die("--vram-gib needs a number")),
+                )
+            }
             "--ignore-term" => o.ignore_term = true,
             "--pid-file" => o.pid_file = Some(val().into()),
             "--term-file" => o.term_file = Some(val().into()),
@@ -229,8 +245,8 @@ fn main() {
             .unwrap_or_else(|| die("checkpoint has no step"));
         eprintln!("fake_train: resumed from {ckpt} at step {step}");
     }
-    let first = resume.is_none();
-    if let (true, Some(f)) = (first, &o.leave_child) {
+    let first = resume.is_none() || o.cues_on_resume;
+    if let (true, Some(f)) = (resume.is_none(), &o.leave_child) {
         let me = std::env::current_exe().unwrap_or_else(|e| die(&format!("{e}")));
         let child = Command::new(me)
             .arg("--linger")
@@ -276,8 +292,21 @@ fn main() {
         let t = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
+        let extra = if o.eval_every > 0 && step.is_multiple_of(o.eval_every) {
+            let eval = 2.95 + 8.0 * (-(step as f64) / 400.0).exp();
+            format!(", \"eval_loss\": {eval:.5}")
+        } else {
+            String::new()
+        };
+        let extra = match o.vram_gib {
+            Some(v) => format!(
+                "{extra}, \"vram_gib\": {:.2}",
+                v + (step % 50) as f64 * 0.04
+            ),
+            None => extra,
+        };
         let line = format!(
-            "{{\"step\": {step}, \"loss\": {loss}, \"lr\": 0.0006, \"grad_norm\": 0.8, \"tokens_per_s\": 52000.0, \"time\": {t:.3}}}\n"
+            "{{\"step\": {step}, \"loss\": {loss}, \"lr\": 0.0006, \"grad_norm\": 0.8, \"tokens_per_s\": 52000.0{extra}, \"time\": {t:.3}}}\n"
         );
         log.write_all(line.as_bytes())
             .and_then(|_| log.flush())

@@ -77,6 +77,10 @@ pub enum Command {
     Check(cmd::check::CheckArgs),
     /// Read and verify the append-only ledger.
     Ledger(cmd::ledger::LedgerArgs),
+    /// The night at a glance: a self-contained HTML page with plots (default
+    /// roger-report.html beside the ledger), or a 20-line digest (--text), from roger.toml,
+    /// the log and the ledger alone. Exit 0 ok, 1 attention, 2 stopped, 3 cannot judge.
+    Report(cmd::report::ReportArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
 }

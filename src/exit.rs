@@ -1,7 +1,8 @@
 //! The exit-code table, in one place. README's table is generated from the same words.
 //!
-//! Commands that *judge* (critic --once, probe, hygiene checks, bench, quarantine prove) follow
-//! the monitoring-plugin convention (Nagios/Icinga/Sensu): 0 ok, 1 warn, 2 fail, 3 unknown.
+//! Commands that *judge* (critic --once, probe, hygiene checks, bench, quarantine prove, report)
+//! follow the monitoring-plugin convention (Nagios/Icinga/Sensu): 0 ok, 1 warn, 2 fail, 3
+//! unknown; `report` reads them as ok, attention, stopped, cannot judge.
 //! Commands that *act* (publish, watch, quarantine add/release, ledger): 0 done, 1 not done,
 //! 2 usage error. `watch` adds one code of its own so a scheduler wrapper can tell
 //! "gave up on purpose" from "crashed".

@@ -18,6 +18,7 @@ pub mod out;
 pub mod probe;
 pub mod publish;
 pub mod quarantine;
+pub mod report;
 pub mod schedule;
 pub mod sentinel;
 pub mod status;

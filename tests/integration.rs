@@ -18,6 +18,7 @@ mod publish;
 mod quarantine;
 mod real_configs;
 mod real_logs;
+mod report;
 mod untrusted_ledger;
 mod watch;
 mod watch_lifecycle;

@@ -77,7 +77,7 @@ fn non_ascii_hash_is_a_broken_record_for_tail_and_verify() {
         let (l, m) = &mut r[0];
         set(l, m, "hash", NON_ASCII);
     });
-    no_panic(env.run(&["ledger", "--ledger", "l.jsonl", "tail"]), 0).stdout_has("message=two");
+    no_panic(env.run(&["ledger", "--ledger", "l.jsonl", "tail"]), 0).stdout_has("note: two");
     no_panic(env.run(&["ledger", "--ledger", "l.jsonl", "verify"]), 1)
         .stderr_has("first bad record: seq 1")
         .stderr_has("hash mismatch");
@@ -97,7 +97,7 @@ fn non_ascii_prev_with_a_matching_hash_is_a_broken_chain() {
         set(l, m, "prev", NON_ASCII);
         seal(l, m);
     });
-    no_panic(env.run(&["ledger", "--ledger", "l.jsonl", "tail"]), 0).stdout_has("message=one");
+    no_panic(env.run(&["ledger", "--ledger", "l.jsonl", "tail"]), 0).stdout_has("note: one");
     no_panic(env.run(&["ledger", "--ledger", "l.jsonl", "verify"]), 1)
         .stderr_has("first bad record: seq 2")
         .stderr_has("chain broken");

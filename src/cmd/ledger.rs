@@ -34,7 +34,7 @@ pub enum LedgerAction {
         #[arg(long)]
         run: Option<String>,
     },
-    /// Print the last records.
+    /// Print the last records, one sentence each (--json: the records as stored).
     Tail {
         /// How many records.
         #[arg(short = 'n', default_value_t = 20)]
@@ -89,7 +89,7 @@ pub fn run(global: &Global, args: LedgerArgs) -> Result<u8> {
                 if json {
                     outln!("{}", serde_json::to_string(r)?);
                 } else {
-                    outln!("{}", human(r));
+                    outln!("{}", crate::report::sentence::line(r));
                 }
             }
             Ok(crate::exit::DONE)
@@ -145,33 +145,4 @@ fn verify(ledger: &Ledger, json: bool) -> Result<u8> {
     } else {
         crate::exit::NOT_DONE
     })
-}
-
-/// One line per record: seq, time, kind, source, step, then the kind's own fields.
-pub fn human(r: &Record) -> String {
-    let mut s = format!(
-        "#{:<5} {} {:<10} {:<10}",
-        r.seq,
-        r.ts.format("%Y-%m-%d %H:%M:%S"),
-        r.kind.as_str(),
-        r.source
-    );
-    if let Some(step) = r.step {
-        s.push_str(&format!(" step={step}"));
-    }
-    for (k, v) in &r.fields {
-        let text = match v {
-            serde_json::Value::String(t) => t.clone(),
-            other => {
-                let t = other.to_string();
-                if t.len() > 80 {
-                    format!("{}…", &t[..t.floor_char_boundary(80)])
-                } else {
-                    t
-                }
-            }
-        };
-        s.push_str(&format!(" {k}={text}"));
-    }
-    s
 }

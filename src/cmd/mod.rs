@@ -11,6 +11,7 @@ pub mod ledger;
 pub mod probe;
 pub mod publish;
 pub mod quarantine;
+pub mod report;
 pub mod watch;
 
 use crate::cli::{Command, Global};
@@ -31,6 +32,7 @@ pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
         Command::Probe(a) => (Role::Judge, probe::run(global, a)),
         Command::Bench(a) => (Role::Judge, bench::run(global, a)),
         Command::Watch(a) => (Role::Actor, watch::run(global, a)),
+        Command::Report(a) => (Role::Judge, report::run(global, a)),
     }
 }
 

@@ -153,6 +153,24 @@ fn ledger_dict() -> Vec<&'static str> {
 /// Everything that decides from ledger records, fed whatever the scan let through.
 fn read_records(records: &[Record]) {
     for run in ["r", "llama-7b"] {
+        // The report's model and its three printers.
+        let cfg = crate::config::Config::parse(
+            &format!("[run]\nname = \"{run}\"\n[schedule]\nkind = \"cosine\"\npeak_lr = 0.001\ntotal_steps = 1000\n"),
+            Path::new("/fuzz/roger.toml"),
+        )
+        .expect("fuzz config");
+        let inputs = crate::report::Inputs {
+            config: &cfg,
+            records,
+            ledger_problem: None,
+            disk: None,
+            verify: None,
+            since: None,
+            now: chrono::DateTime::from_timestamp(1_700_000_500, 0).unwrap_or_default(),
+        };
+        let night = crate::report::Night::gather(&inputs, &[]);
+        crate::report::html::page(&night, Some(Path::new("/fuzz")));
+        crate::report::text::digest(&night, false);
         checkpoints::published(records, run);
         checkpoints::quarantined(records);
         let mut ok = |_: &Checkpoint| Ok(());
@@ -177,7 +195,7 @@ fn read_records(records: &[Record]) {
     crate::hygiene::flap::flap_states(&verdicts, &Default::default());
     crate::critic::replay::replay(records);
     for r in records {
-        crate::cmd::ledger::human(r);
+        crate::report::sentence::line(r);
         serde_json::to_string(r).expect("a record serialises");
     }
 }
