@@ -37,9 +37,14 @@ pub struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
-    /// Only errors on stderr.
+    /// Only errors on stderr (no warnings, notes or progress), on every command.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
+
+    /// Colour for statuses: auto (a terminal, unless NO_COLOR; CLICOLOR_FORCE forces it),
+    /// always, never.
+    #[arg(long, global = true, value_enum, default_value_t = crate::colour::When::Auto, value_name = "WHEN")]
+    pub color: crate::colour::When,
 
     #[command(subcommand)]
     pub command: Command,
@@ -81,6 +86,10 @@ pub enum Command {
     /// roger-report.html beside the ledger), or a 20-line digest (--text), from roger.toml,
     /// the log and the ledger alone. Exit 0 ok, 1 attention, 2 stopped, 3 cannot judge.
     Report(cmd::report::ReportArgs),
+    /// The run at a glance, one screen: state and why, step and ETA, the last verdict worst
+    /// check first, last good checkpoint, disk, relaunches, and when roger last looked. Exit
+    /// 0 ok, 1 attention, 2 stopped, 3 cannot judge. `--watch` redraws in place.
+    Status(cmd::status::StatusArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
 }
@@ -140,6 +149,41 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    /// Every flag and positional argument of every (sub)command says what it is for.
+    #[test]
+    fn every_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if id == "help" || id == "version" || a.is_hide_set() {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(format!("{path} {} (the subcommand)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "roger", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
+
+    #[test]
+    fn help_ends_with_the_first_three_commands() {
+        let help = Cli::command().render_help().to_string();
+        let tail: Vec<&str> = help.trim_end().lines().rev().take(4).collect();
+        assert_eq!(tail[3], "First steps:", "{help}");
+        assert!(tail[2].trim_start().starts_with("roger init"), "{help}");
+        assert!(tail[1].trim_start().starts_with("roger check"), "{help}");
+        assert!(tail[0].trim_start().starts_with("roger status"), "{help}");
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod checkpoints;
 pub mod cli;
 pub mod cmd;
+pub mod colour;
 pub mod config;
 pub mod critic;
 pub mod digest;
@@ -16,6 +17,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod out;
 pub mod probe;
+pub mod progress;
 pub mod publish;
 pub mod quarantine;
 pub mod report;
@@ -49,6 +51,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         }
     };
     out::set_quiet(cli.quiet);
+    colour::init(cli.color);
     init_tracing(cli.verbose, cli.quiet);
     let global = cli::Global {
         config: cli.config.clone(),

@@ -19,6 +19,7 @@ mod quarantine;
 mod real_configs;
 mod real_logs;
 mod report;
+mod status;
 mod untrusted_ledger;
 mod watch;
 mod watch_lifecycle;

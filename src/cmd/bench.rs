@@ -23,6 +23,8 @@ pub enum Device {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// Where to measure: auto (the GPU when a driver is present, else the CPU, said loudly
+    /// and judged unknown), gpu, cpu.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     pub device: Device,
     /// Square sizes (default: [bench] sizes on a GPU; 128,256,512 on a CPU).
@@ -49,6 +51,7 @@ pub struct BenchArgs {
     /// Limit for the GPU worker.
     #[arg(long, default_value = "10m", value_parser = crate::config::units::parse_duration)]
     pub timeout: Duration,
+    /// The measurements and verdict as JSON.
     #[arg(long)]
     pub json: bool,
     /// Do not write the result to the ledger.
@@ -434,5 +437,8 @@ fn print_human(r: &BenchReport) {
     for f in r.findings.iter().filter(|f| f.level > Level::Ok) {
         outln!("{:<5} {}: {}", f.level.as_str(), f.check, f.message);
     }
-    outln!("bench: {}", r.status);
+    outln!(
+        "bench: {}",
+        crate::colour::status(&r.status, crate::colour::stdout())
+    );
 }

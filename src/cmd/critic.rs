@@ -130,7 +130,10 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         return Ok(exit::OK);
     }
     runner.judged_through(super::critic_run::last_judged_step(&ledger, &cfg.run.name));
+    let bar =
+        crate::metrics::locate::resolve(&log).and_then(|p| crate::progress::reading(&p, "reading"));
     let mut tick = runner.tick(args.now.unwrap_or_else(|| clock.now()))?;
+    drop(bar);
     report_read(&tick, &log);
     format_hint(&tick, &log, cfg.run.format);
     super::critic_run::mark_flapping(&mut tick.verdict, &ledger, &cfg);
@@ -203,17 +206,24 @@ fn status_word(s: Status) -> &'static str {
 
 fn print_human(v: &Verdict, cfg: &Config, seq: u64) {
     let step = v.step.map_or("-".into(), |s| s.to_string());
+    let on = crate::colour::stdout();
     outln!(
         "{}: {}  step {step}  phase {}  (ledger seq {seq}, config {})",
         cfg.run.name,
-        status_word(v.status).to_uppercase(),
+        crate::colour::status(&status_word(v.status).to_uppercase(), on),
         v.phase.as_deref().unwrap_or("-"),
         &cfg.hash[..12.min(cfg.hash.len())]
     );
     for c in &v.checks {
         // A check waiting for data (or skipped) is unknown but does not decide: say which.
         let word = c.unjudged.map_or(status_word(c.status), |u| u.as_str());
-        outln!("{:<7} {:<12} {}", word, c.check, c.reason);
+        let padded = format!("{word:<7}");
+        outln!(
+            "{} {:<12} {}",
+            crate::colour::paint(&padded, word, on),
+            c.check,
+            c.reason
+        );
     }
     if !v.skipped.is_empty() {
         outln!("skipped      {} (not declared)", v.skipped.join(", "));

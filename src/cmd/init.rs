@@ -97,8 +97,10 @@ pub fn run(_global: &Global, a: InitArgs) -> Result<u8> {
         Some(cfg) => previous_mapping(cfg),
         None => detect::map_keys(&detected),
     };
+    let bar = crate::progress::reading(&log, "reading");
     let read = metrics::read_all(&log, detected.format, &mapping.metrics)
         .with_context(|| format!("reading {}", log.display()))?;
+    drop(bar);
     if read.samples.is_empty() {
         bail!(
             "{}: no samples read as {} ({} unreadable lines{}); pass --format, or check the key mapping",

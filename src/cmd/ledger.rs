@@ -20,6 +20,7 @@ pub struct LedgerArgs {
 pub enum LedgerAction {
     /// Check every hash and the chain. Exit 0 intact; 1 names the first bad seq/offset.
     Verify {
+        /// The result as JSON.
         #[arg(long)]
         json: bool,
     },

@@ -12,6 +12,7 @@ pub mod probe;
 pub mod publish;
 pub mod quarantine;
 pub mod report;
+pub mod status;
 pub mod watch;
 
 use crate::cli::{Command, Global};
@@ -33,6 +34,7 @@ pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
         Command::Bench(a) => (Role::Judge, bench::run(global, a)),
         Command::Watch(a) => (Role::Actor, watch::run(global, a)),
         Command::Report(a) => (Role::Judge, report::run(global, a)),
+        Command::Status(a) => (Role::Judge, status::run(global, a)),
     }
 }
 

@@ -265,5 +265,8 @@ fn print_human(r: &ProbeReport) {
     for f in r.findings.iter().filter(|f| f.level > Level::Ok) {
         outln!("{:<5} {}: {}", f.level.as_str(), f.check, f.message);
     }
-    outln!("probe: {}", r.status);
+    outln!(
+        "probe: {}",
+        crate::colour::status(&r.status, crate::colour::stdout())
+    );
 }

@@ -286,3 +286,22 @@ pub fn human(e: &Event) -> String {
         Event::Done { code, reason } => format!("done ({code}): {reason}"),
     }
 }
+
+#[cfg(test)]
+mod said_tests {
+    use super::Said;
+
+    #[test]
+    fn a_reason_is_said_once_and_again_when_it_changes() {
+        let mut said = Said::default();
+        let gpu =
+            "no GPU signal (no NVIDIA driver: libnvidia-ml.so could not be loaded)".to_string();
+        assert_eq!(said.reason(Some(&gpu)), gpu);
+        assert_eq!(said.reason(Some(&gpu)), "reason unchanged");
+        let other = "silent 40s".to_string();
+        assert_eq!(said.reason(Some(&other)), other);
+        assert_eq!(said.reason(None), "");
+        assert_eq!(said.reason(None), "");
+        assert_eq!(said.reason(Some(&gpu)), gpu);
+    }
+}
