@@ -59,7 +59,7 @@ fn status_is_one_screen_with_the_verdict_worst_check_first() {
     assert_eq!(v["headline"]["state"], "OK");
     assert_eq!(v["exit_code"], 0);
     assert_eq!(v["roger_stale"], false);
-    assert_eq!(v["checks"][0]["check"].as_str().is_some(), true);
+    assert!(v["checks"][0]["check"].as_str().is_some(), "{v}");
 
     // The run's newest step is old and roger has not looked for two hours: both are said.
     let late = env.run(&["status", "--now", &at(now + 7200)]);

@@ -37,7 +37,7 @@ pub struct Fit {
 
 #[derive(Debug, Clone)]
 pub enum FitOutcome {
-    Fitted(Fit),
+    Fitted(Box<Fit>),
     /// No kind fits; the reason has the numbers.
     Refused(String),
 }
@@ -121,7 +121,7 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
     s.tolerance = tolerance_for(all.max_dev);
     let top = pts.iter().position(|p| p.1 >= 0.98 * peak).unwrap_or(0);
     let still_rising = warmup > 0 && top + 1 >= pts.len().saturating_sub(pts.len() / 50);
-    FitOutcome::Fitted(Fit {
+    FitOutcome::Fitted(Box::new(Fit {
         schedule: s,
         share: all.share,
         max_dev: all.max_dev,
@@ -130,7 +130,7 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
         total_from_log: total.is_some(),
         runner_up,
         still_rising,
-    })
+    }))
 }
 
 /// Tightest tolerance proposed (0.2% of peak): below it a log's printed precision shows.
