@@ -158,3 +158,48 @@ fn no_progress_bar_when_stderr_is_not_a_terminal() {
     let run = env.run_cmd(c, &["critic", "--once"]).expect(0);
     assert_eq!(run.stderr(), "", "{}", run.report());
 }
+
+#[test]
+fn status_watch_redraws_until_stopped() {
+    use std::io::{BufRead, BufReader};
+    let now = chrono::Utc::now().timestamp();
+    let env = run_dir(now);
+    env.run(&["critic", "--once", "--now", &at(now)]).expect(0);
+    let args = [
+        "status",
+        "--watch",
+        "--interval",
+        "100ms",
+        "--now",
+        &at(now + 30),
+    ];
+    let mut child = env
+        .cmd(&args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut screens = 0;
+    let mut saw_clear = false;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while screens < 3 && std::time::Instant::now() < deadline {
+        if let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(1)) {
+            saw_clear |= line.contains('\u{1b}');
+            if line.starts_with("roger status · glance") {
+                screens += 1;
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(screens >= 3, "only {screens} screens");
+    assert!(!saw_clear, "no clear-screen codes into a pipe");
+}
