@@ -146,7 +146,7 @@ fn fit_words(f: &fit::Fit) -> String {
         format!("; next best {} {:.0}%", kind_name(k), 100.0 * share)
     });
     format!(
-        "{} fits {:.1}% of {} lr samples within 2% of peak (rms {:.2}%, worst {:.2}%){runner}; peak {}, warmup {}, min {}, total {}",
+        "{} fits {:.1}% of {} lr samples within 2% of peak (rms {:.2}%, worst {:.2}%){runner}; peak {:e}, warmup {}, min {:e}, total {}",
         kind_name(s.kind),
         100.0 * f.share,
         f.samples,
