@@ -7,13 +7,19 @@ use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
 Exit codes:
-  judging commands (critic --once, probe, hygiene checks, bench, quarantine prove):
-    0 ok   1 warn   2 fail   3 unknown (could not judge)
-  acting commands (publish, watch, quarantine add/release, ledger):
+  judging commands (critic --once, probe, hygiene checks, bench, check, status, quarantine prove):
+    0 ok   1 warn   2 fail   3 unknown (could not judge; a usage error too)
+  acting commands (init, publish, watch, quarantine add/release, ledger):
     0 done   1 not done (cause on stderr)   2 usage error
   watch: 75 = breaker open or relaunch budget spent: do not restart
 
-Config: ./roger.toml, or --config FILE / ROGER_CONFIG. See roger.example.toml.";
+Config: ./roger.toml, or --config FILE / ROGER_CONFIG. See roger.example.toml.
+Colour: --color auto|always|never; NO_COLOR and CLICOLOR_FORCE are honoured.
+
+First steps:
+  roger init --log train_log.jsonl   write roger.toml from the run's own log
+  roger check                        validate it and show the phases
+  roger status                       the run at a glance (add --watch to keep it on screen)";
 
 /// roger: a guard for long GPU training runs.
 ///
@@ -31,9 +37,14 @@ pub struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
-    /// Only errors on stderr.
+    /// Only errors on stderr (no warnings, notes or progress), on every command.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
+
+    /// Colour for statuses: auto (a terminal, unless NO_COLOR; CLICOLOR_FORCE forces it),
+    /// always, never.
+    #[arg(long, global = true, value_enum, default_value_t = crate::colour::When::Auto, value_name = "WHEN")]
+    pub color: crate::colour::When,
 
     #[command(subcommand)]
     pub command: Command,
@@ -64,6 +75,9 @@ pub enum Command {
     /// GFLOPS without a GPU), and MFU arbitration: with --params and the run's tokens/s, says
     /// whether the GPU or the code is slow. Exit 0 ok, 1 warn, 2 fail, 3 unknown.
     Bench(cmd::bench::BenchArgs),
+    /// Write a commented roger.toml for a run that already has a log: detects the format,
+    /// maps the keys, fits the lr schedule and proposes per-phase bands from the data.
+    Init(cmd::init::InitArgs),
     /// Validate roger.toml and print the resolved phases.
     Check(cmd::check::CheckArgs),
     /// Read and verify the append-only ledger.
@@ -72,8 +86,53 @@ pub enum Command {
     /// roger-report.html beside the ledger), or a 20-line digest (--text), from roger.toml,
     /// the log and the ledger alone. Exit 0 ok, 1 attention, 2 stopped, 3 cannot judge.
     Report(cmd::report::ReportArgs),
+    /// The run at a glance, one screen: state and why, step and ETA, the last verdict worst
+    /// check first, last good checkpoint, disk, relaunches, and when roger last looked. Exit
+    /// 0 ok, 1 attention, 2 stopped, 3 cannot judge. `--watch` redraws in place.
+    Status(cmd::status::StatusArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
+}
+
+/// Subcommands that judge (their usage errors exit 3, UNKNOWN): named here, from the raw
+/// command line, because a command line that does not parse has no `Command` to ask.
+const JUDGES: &[&str] = &["critic", "probe", "bench", "check", "status"];
+
+/// Whether a (possibly malformed) command line names a judging command. Global options
+/// before the subcommand are skipped (`-c FILE`, `--config FILE`, `-v`, `-q`).
+pub fn role_of(args: &[std::ffi::OsString]) -> crate::exit::Role {
+    use crate::exit::Role;
+    let words: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut it = words.iter();
+    let mut command = None;
+    while let Some(w) = it.next() {
+        if w == "-c" || w == "--config" {
+            it.next();
+        } else if !w.starts_with('-') {
+            command = Some(w.as_str());
+            break;
+        }
+    }
+    let rest: Vec<&str> = it.map(String::as_str).collect();
+    let first_of = |names: &[&str]| rest.iter().find(|w| names.contains(w)).copied();
+    let judge = match command {
+        Some(c) if JUDGES.contains(&c) => true,
+        Some("hygiene") => first_of(&["disk", "clean", "flap", "regress"]) != Some("clean"),
+        Some("quarantine") => matches!(
+            first_of(&["add", "list", "show", "prove", "release", "purge", "scan"]),
+            Some("prove" | "scan")
+        ),
+        _ => false,
+    };
+    if judge {
+        Role::Judge
+    } else {
+        Role::Actor
+    }
 }
 
 /// Options every subcommand sees, turned into plain values.
@@ -90,6 +149,41 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    /// Every flag and positional argument of every (sub)command says what it is for.
+    #[test]
+    fn every_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if id == "help" || id == "version" || a.is_hide_set() {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(format!("{path} {} (the subcommand)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "roger", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
+
+    #[test]
+    fn help_ends_with_the_first_three_commands() {
+        let help = Cli::command().render_help().to_string();
+        let tail: Vec<&str> = help.trim_end().lines().rev().take(4).collect();
+        assert_eq!(tail[3], "First steps:", "{help}");
+        assert!(tail[2].trim_start().starts_with("roger init"), "{help}");
+        assert!(tail[1].trim_start().starts_with("roger check"), "{help}");
+        assert!(tail[0].trim_start().starts_with("roger status"), "{help}");
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub const UNKNOWN: u8 = 3;
 pub const DONE: u8 = 0;
 /// Acting: not done; the cause is on stderr as `roger: error: ...`.
 pub const NOT_DONE: u8 = 1;
-/// Bad command line (clap's own code as well).
+/// Bad command line of an acting command (clap's own code as well). A judging command's bad
+/// command line is UNKNOWN (3): in the monitoring-plugin convention 2 is CRITICAL, and a typo
+/// in a Nagios/Icinga check must not page as a failing run.
 pub const USAGE: u8 = 2;
 /// `roger watch`: a breaker opened or the relaunch budget is spent — do NOT restart roger.
 pub const DO_NOT_RESTART: u8 = 75;
@@ -59,7 +61,7 @@ pub const TABLE: &[(u8, &str, &str)] = &[
     (
         UNKNOWN,
         "judge",
-        "unknown: could not judge (no data, unreadable input, own error)",
+        "unknown: could not judge (no data, unreadable input, own error, bad command line)",
     ),
     (DONE, "act", "done"),
     (

@@ -5,16 +5,19 @@ pub mod bench;
 pub mod checkpoints;
 pub mod cli;
 pub mod cmd;
+pub mod colour;
 pub mod config;
 pub mod critic;
 pub mod digest;
 pub mod exit;
 pub mod gpu;
 pub mod hygiene;
+pub mod init;
 pub mod ledger;
 pub mod metrics;
 pub mod out;
 pub mod probe;
+pub mod progress;
 pub mod publish;
 pub mod quarantine;
 pub mod report;
@@ -32,13 +35,23 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let cli = match cli::Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let cli = match cli::Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return exit::code(if e.use_stderr() { exit::USAGE } else { 0 });
+            if !e.use_stderr() {
+                return exit::code(0);
+            }
+            // A typo in a monitoring check must read UNKNOWN (3), not CRITICAL (2).
+            return exit::code(match cli::role_of(&args) {
+                exit::Role::Judge => exit::UNKNOWN,
+                exit::Role::Actor => exit::USAGE,
+            });
         }
     };
+    out::set_quiet(cli.quiet);
+    colour::init(cli.color);
     init_tracing(cli.verbose, cli.quiet);
     let global = cli::Global {
         config: cli.config.clone(),

@@ -28,3 +28,40 @@ macro_rules! outln {
     () => { $crate::out::line(format_args!("")) };
     ($($t:tt)*) => { $crate::out::line(format_args!($($t)*)) };
 }
+
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// `-q`: only errors on stderr, on every command.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// One `roger: warning: ...` line on stderr, unless `-q`.
+pub fn warning(args: std::fmt::Arguments<'_>) {
+    if !quiet() {
+        eprintln!("roger: warning: {args}");
+    }
+}
+
+/// One informational line on stderr (`roger: <what>: ...`), unless `-q`.
+pub fn note(args: std::fmt::Arguments<'_>) {
+    if !quiet() {
+        eprintln!("{args}");
+    }
+}
+
+/// `warnln!("...")`: a warning on stderr that `-q` silences.
+#[macro_export]
+macro_rules! warnln {
+    ($($t:tt)*) => { $crate::out::warning(format_args!($($t)*)) };
+}
+
+/// `noteln!("...")`: an informational stderr line that `-q` silences.
+#[macro_export]
+macro_rules! noteln {
+    ($($t:tt)*) => { $crate::out::note(format_args!($($t)*)) };
+}

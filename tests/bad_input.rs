@@ -35,7 +35,8 @@ fn absurd_durations_and_sizes_in_config_are_errors_not_panics() {
             "6:9",
             "too long",
         ),
-        ("[watch]\ngrace = 1e300", "6:9", "too long"),
+        // A bare number is refused for having no unit before its size matters.
+        ("[watch]\ngrace = 1e300", "6:9", "has no unit"),
         (
             "[disk]\nwarn_free = \"99999999999999999999999TiB\"",
             "6:13",
@@ -204,7 +205,7 @@ fn config_numbers_that_cannot_mean_anything_are_refused_at_load() {
         let at = format!("roger.toml:{key_line}:1: ");
         clear_error(env.run(&["check"]), 3, &[at.as_str(), needle]);
     }
-    // On the command line, clap says so with the usage code.
+    // On the command line, clap says so; bench judges, so a usage error is UNKNOWN (3).
     for flag in [
         &["--sizes", "0"][..],
         &["--iters", "0"],
@@ -213,7 +214,7 @@ fn config_numbers_that_cannot_mean_anything_are_refused_at_load() {
     ] {
         let mut args = vec!["bench", "--device", "cpu"];
         args.extend_from_slice(flag);
-        env.run(&args).expect(2).stderr_has("expected");
+        env.run(&args).expect(3).stderr_has("expected");
     }
 }
 

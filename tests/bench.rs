@@ -62,10 +62,11 @@ fn gpu_asked_without_a_driver_is_a_clear_unknown() {
 }
 
 #[test]
+/// bench judges: a usage error is UNKNOWN (3), never CRITICAL (2) in a monitoring check.
 fn bad_arguments_are_usage_errors() {
     let env = Env::new();
     env.run(&["bench", "--dtypes", "fp8"])
-        .expect(2)
+        .expect(3)
         .stderr_has("expected fp32, tf32, fp16 or bf16");
-    env.run(&["bench", "--sizes", "x"]).expect(2);
+    env.run(&["bench", "--sizes", "x"]).expect(3);
 }

@@ -23,6 +23,8 @@ pub enum Device {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// Where to measure: auto (the GPU when a driver is present, else the CPU, said loudly
+    /// and judged unknown), gpu, cpu.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     pub device: Device,
     /// Square sizes (default: [bench] sizes on a GPU; 128,256,512 on a CPU).
@@ -49,6 +51,7 @@ pub struct BenchArgs {
     /// Limit for the GPU worker.
     #[arg(long, default_value = "10m", value_parser = crate::config::units::parse_duration)]
     pub timeout: Duration,
+    /// The measurements and verdict as JSON.
     #[arg(long)]
     pub json: bool,
     /// Do not write the result to the ledger.
@@ -140,6 +143,16 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
         Device::Auto => libs::driver_present(),
     };
     let mut findings = Vec::new();
+    // Auto mode on a machine expected to have a GPU but without a driver measured the CPU:
+    // say so loudly, and never call that "ok" for the GPU.
+    let cpu_instead = args.device == Device::Auto
+        && !use_gpu
+        && cfg.as_ref().is_none_or(|c| c.gpu.source != "none");
+    if cpu_instead {
+        let words = "no NVIDIA driver (libcuda.so could not be loaded): measured the CPU, not a GPU; the GPU is not judged (--device cpu, or [gpu] source = \"none\", for a CPU-only machine)";
+        crate::warnln!("{words}");
+        findings.push(Finding::new(Level::Info, "device", words));
+    }
     let mut cublas = None;
     let mut gpu_state = Vec::new();
     let mut bad_throttle = Vec::new();
@@ -248,7 +261,9 @@ pub fn run(global: &Global, args: BenchArgs) -> Result<u8> {
     let (status, code) = match checks::worst(&findings) {
         Level::Fail => ("fail", crate::exit::FAIL),
         Level::Warn => ("warn", crate::exit::WARN),
-        _ if unknown_gpu || summaries.is_empty() => ("unknown", crate::exit::UNKNOWN),
+        _ if unknown_gpu || cpu_instead || summaries.is_empty() => {
+            ("unknown", crate::exit::UNKNOWN)
+        }
         _ => ("ok", crate::exit::OK),
     };
     let report = BenchReport {
@@ -425,5 +440,8 @@ fn print_human(r: &BenchReport) {
     for f in r.findings.iter().filter(|f| f.level > Level::Ok) {
         outln!("{:<5} {}: {}", f.level.as_str(), f.check, f.message);
     }
-    outln!("bench: {}", r.status);
+    outln!(
+        "bench: {}",
+        crate::colour::status(&r.status, crate::colour::stdout())
+    );
 }

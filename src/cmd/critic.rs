@@ -72,6 +72,10 @@ pub struct CriticArgs {
     /// Machine-readable output (one JSON object per verdict).
     #[arg(long)]
     pub json: bool,
+
+    /// The log's format, overriding [run] format: jsonl, csv, text or hf-trainer-state.
+    #[arg(long, value_name = "FORMAT", value_parser = super::hygiene::parse_format, conflicts_with = "replay")]
+    pub format: Option<config::LogFormat>,
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -86,7 +90,10 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
     if args.replay {
         return run_replay(global, &args);
     }
-    let cfg = config::require(global.config.as_deref())?;
+    let mut cfg = config::require(global.config.as_deref())?;
+    if let Some(f) = args.format {
+        cfg.run.format = f;
+    }
     let log = match (&args.log, &cfg.run.log) {
         (Some(l), _) | (None, Some(l)) => l.clone(),
         (None, None) => bail!(
@@ -106,8 +113,12 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
             heartbeat: args.heartbeat,
         };
         let json = args.json;
+        let mut hinted = false;
         daemon(&mut runner, &ledger, &clock, &opts, &mut |tick, seq| {
             report_read(tick, &log);
+            if !hinted {
+                hinted = format_hint(tick, &log, cfg.run.format);
+            }
             if let Some(seq) = seq {
                 if json {
                     print_json(&tick.verdict, Some(seq));
@@ -119,8 +130,12 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         return Ok(exit::OK);
     }
     runner.judged_through(super::critic_run::last_judged_step(&ledger, &cfg.run.name));
+    let bar =
+        crate::metrics::locate::resolve(&log).and_then(|p| crate::progress::reading(&p, "reading"));
     let mut tick = runner.tick(args.now.unwrap_or_else(|| clock.now()))?;
+    drop(bar);
     report_read(&tick, &log);
+    format_hint(&tick, &log, cfg.run.format);
     super::critic_run::mark_flapping(&mut tick.verdict, &ledger, &cfg);
     let rec = ledger.append(tick.verdict.entry(&cfg.run.name, &tick.obs), clock.now())?;
     if args.json {
@@ -131,24 +146,57 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
     Ok(tick.verdict.status.exit_code())
 }
 
+/// Nothing read as the declared format but some lines were not: if the log looks like another
+/// format, say which and how to declare it. Returns whether a hint was given.
+fn format_hint(tick: &Tick, log: &std::path::Path, declared: config::LogFormat) -> bool {
+    if tick.garbage_total == 0 || tick.obs.step.is_some() {
+        return false;
+    }
+    let Some(path) = crate::metrics::locate::resolve(log) else {
+        return false;
+    };
+    let mut head = Vec::new();
+    let Ok(f) = std::fs::File::open(&path) else {
+        return false;
+    };
+    use std::io::Read;
+    if f.take(256 * 1024).read_to_end(&mut head).is_err() {
+        return false;
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    match crate::init::detect::detect(name.as_deref().unwrap_or(""), &head) {
+        Some(d) if d.format != declared => {
+            let f = crate::init::format_name(d.format);
+            crate::warnln!(
+                "{} does not read as {}: this looks like {f} ({}); set [run] format = {f:?} (or pass --format {f})",
+                log.display(),
+                crate::init::format_name(declared),
+                d.why
+            );
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Garbage lines and restarts go to stderr: they never stop the critic.
 fn report_read(tick: &Tick, log: &std::path::Path) {
     if tick.missing {
-        eprintln!("roger: warning: log {} does not exist (yet)", log.display());
+        crate::warnln!("log {} does not exist (yet)", log.display());
     }
     if let Some(why) = &tick.restarted {
-        eprintln!(
+        crate::noteln!(
             "roger: note: log {} was {why}; reading it from the start",
             log.display()
         );
     }
     for g in tick.garbage.iter().take(GARBAGE_SHOWN) {
-        eprintln!("roger: warning: skipped {g}");
+        crate::warnln!("skipped {g}");
     }
     let shown = tick.garbage.len().min(GARBAGE_SHOWN) as u64;
     let more = tick.garbage_total.saturating_sub(shown);
     if more > 0 {
-        eprintln!("roger: warning: ... and {more} more unreadable line(s)");
+        crate::warnln!("... and {more} more unreadable line(s)");
     }
 }
 
@@ -158,17 +206,24 @@ fn status_word(s: Status) -> &'static str {
 
 fn print_human(v: &Verdict, cfg: &Config, seq: u64) {
     let step = v.step.map_or("-".into(), |s| s.to_string());
+    let on = crate::colour::stdout();
     outln!(
         "{}: {}  step {step}  phase {}  (ledger seq {seq}, config {})",
         cfg.run.name,
-        status_word(v.status).to_uppercase(),
+        crate::colour::status(&status_word(v.status).to_uppercase(), on),
         v.phase.as_deref().unwrap_or("-"),
         &cfg.hash[..12.min(cfg.hash.len())]
     );
     for c in &v.checks {
         // A check waiting for data (or skipped) is unknown but does not decide: say which.
         let word = c.unjudged.map_or(status_word(c.status), |u| u.as_str());
-        outln!("{:<7} {:<12} {}", word, c.check, c.reason);
+        let padded = format!("{word:<7}");
+        outln!(
+            "{} {:<12} {}",
+            crate::colour::paint(&padded, word, on),
+            c.check,
+            c.reason
+        );
     }
     if !v.skipped.is_empty() {
         outln!("skipped      {} (not declared)", v.skipped.join(", "));

@@ -106,7 +106,7 @@ pub struct RegressArgs {
     pub json: bool,
 }
 
-fn parse_format(s: &str) -> Result<config::LogFormat, String> {
+pub fn parse_format(s: &str) -> Result<config::LogFormat, String> {
     serde_json::from_value(serde_json::Value::String(s.to_string()))
         .map_err(|_| format!("unknown format {s:?}; expected jsonl, csv, text or hf-trainer-state"))
 }
@@ -305,7 +305,7 @@ fn run_clean(a: CleanArgs) -> Result<u8> {
         (Some(f), true) => {
             let r = clean_file::clean_in_place(f, a.keep_original)?;
             if let Some(e) = &r.evidence {
-                eprintln!("roger: original kept as {}", e.display());
+                crate::noteln!("roger: original kept as {}", e.display());
             }
             r.stats
         }
@@ -396,7 +396,7 @@ fn run_flap(global: &Global, a: FlapArgs) -> Result<u8> {
         );
     }
     if states.is_empty() {
-        eprintln!(
+        crate::noteln!(
             "roger: no verdict records with checks in {}{}",
             path.display(),
             run.map_or(String::new(), |r| format!(" for run {r:?}"))

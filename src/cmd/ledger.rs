@@ -20,6 +20,7 @@ pub struct LedgerArgs {
 pub enum LedgerAction {
     /// Check every hash and the chain. Exit 0 intact; 1 names the first bad seq/offset.
     Verify {
+        /// The result as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -115,8 +116,8 @@ fn verify(ledger: &Ledger, json: bool) -> Result<u8> {
         );
     } else {
         for p in scan.problems.iter().filter(|p| p.torn) {
-            eprintln!(
-                "roger: warning: {}: line {} (offset {}): {}",
+            crate::warnln!(
+                "{}: line {} (offset {}): {}",
                 ledger.path().display(),
                 p.line,
                 p.offset,

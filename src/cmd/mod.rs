@@ -6,11 +6,13 @@ pub mod completions;
 pub mod critic;
 pub mod critic_run;
 pub mod hygiene;
+pub mod init;
 pub mod ledger;
 pub mod probe;
 pub mod publish;
 pub mod quarantine;
 pub mod report;
+pub mod status;
 pub mod watch;
 
 use crate::cli::{Command, Global};
@@ -20,6 +22,7 @@ use anyhow::Result;
 /// Run a subcommand; the role says how an error maps to an exit code.
 pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
     match command {
+        Command::Init(a) => (Role::Actor, init::run(global, a)),
         Command::Check(a) => (Role::Judge, check::run(global, a)),
         Command::Ledger(a) => (Role::Actor, ledger::run(global, a)),
         Command::Completions(a) => (Role::Actor, completions::run(a)),
@@ -31,6 +34,7 @@ pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
         Command::Bench(a) => (Role::Judge, bench::run(global, a)),
         Command::Watch(a) => (Role::Actor, watch::run(global, a)),
         Command::Report(a) => (Role::Judge, report::run(global, a)),
+        Command::Status(a) => (Role::Judge, status::run(global, a)),
     }
 }
 

@@ -55,6 +55,7 @@ pub fn run(global: &Global, args: ProbeArgs) -> Result<u8> {
         &probe::ProbeInputs {
             cfg: cfg.as_ref(),
             disk,
+            gpu_expected: gpu_cfg.source != "none",
         },
         reader.as_mut(),
     );
@@ -281,5 +282,8 @@ fn print_human(r: &ProbeReport) {
     for f in r.findings.iter().filter(|f| f.level > Level::Ok) {
         outln!("{:<5} {}: {}", f.level.as_str(), f.check, f.message);
     }
-    outln!("probe: {}", r.status);
+    outln!(
+        "probe: {}",
+        crate::colour::status(&r.status, crate::colour::stdout())
+    );
 }

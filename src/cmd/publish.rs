@@ -25,8 +25,9 @@ A copy that fails verification is kept as evidence in DIR/.roger-rejected/, neve
 real name; the previous checkpoint and latest.json stay as they were.
 
 Without a config, --to is required (with --verify PATH, DIR defaults to PATH's directory),
-the ledger is DIR/roger-ledger.jsonl, the run name is the directory's name, and nothing is
-pruned unless --keep-last/--keep-every is given.
+the ledger is DIR/roger-ledger.jsonl, the run name is the directory's name. Retention is
+opt-in: nothing is pruned unless the config has a [publish] section or --keep-last/--keep-every
+is given; every pruned checkpoint is printed and recorded.
 
 Test-only environment knobs (for crash-safety tests, never set in production):
   ROGER_FAILPOINT=NAME        abort at a step boundary: after_lock, after_staging_write,
@@ -100,7 +101,11 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
             ledger: c.ledger_path(),
             run: c.run.name.clone(),
             margin: c.publish.margin.0,
-            retention: Some(overrides(c.publish.clone())),
+            // Retention is opt-in: a config without [publish] prunes nothing unless asked.
+            retention: (c.publish_declared
+                || args.keep_last.is_some()
+                || args.keep_every.is_some())
+            .then(|| overrides(c.publish.clone())),
             quarantine_dir: c.quarantine_dir(),
             rollback_margin: c.watch.rollback_margin_steps,
             config: Some(c.path.clone()),

@@ -34,6 +34,7 @@ pub enum QuarantineAction {
     /// Move PATH into quarantine (hashed, recorded; never copied). A quarantined checkpoint
     /// is never chosen for resume.
     Add {
+        /// The suspect file or directory (a checkpoint, an output).
         path: PathBuf,
         /// Why it is suspect.
         #[arg(long)]
@@ -41,12 +42,15 @@ pub enum QuarantineAction {
     },
     /// The items in quarantine, oldest first.
     List {
+        /// One JSON array of the items.
         #[arg(long)]
         json: bool,
     },
     /// One item: where it came from, why, its hash and every proof attempt.
     Show {
+        /// The item's id (as `quarantine list` shows it; a unique prefix will do).
         id: String,
+        /// The item as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -54,6 +58,7 @@ pub enum QuarantineAction {
     /// ROGER_QUARANTINE_PATH). Passes when CMD exits 0 and the item's bytes are unchanged.
     /// Exit 0 proof passed, 2 failed, 3 could not run.
     Prove {
+        /// The item's id (as `quarantine list` shows it).
         id: String,
         /// Kill the trial after this long (e.g. "10m"; default [quarantine] trial_timeout).
         #[arg(long, value_parser = parse_duration)]
@@ -65,7 +70,9 @@ pub enum QuarantineAction {
     /// Move the item back to where it came from: only after a passing proof, or with
     /// --force --reason. Refuses if something is at the original path now.
     Release {
+        /// The item's id (as `quarantine list` shows it).
         id: String,
+        /// Release without a passing proof (needs --reason, which goes to the ledger).
         #[arg(long, requires = "reason")]
         force: bool,
         /// Why it is released without a passing proof (with --force).
@@ -78,6 +85,7 @@ pub enum QuarantineAction {
         /// Minimum age (default [quarantine] purge_after, 7d).
         #[arg(long, value_parser = parse_duration, value_name = "AGE")]
         older_than: Option<std::time::Duration>,
+        /// Also delete items no proof has decided (they may be the only good copy).
         #[arg(long)]
         force: bool,
         /// List what would go; delete nothing.
@@ -88,6 +96,7 @@ pub enum QuarantineAction {
     /// that do not parse, hold NaN/Infinity, or (--crashed) were written by a run that crashed.
     /// Exit 0 all trusted, 2 some were quarantined, 3 could not judge.
     Scan {
+        /// Outputs to check (default: [quarantine] outputs).
         paths: Vec<PathBuf>,
         /// The run crashed before finishing: its outputs are untrusted.
         #[arg(long)]
@@ -96,6 +105,7 @@ pub enum QuarantineAction {
         /// outputs modified since then are untrusted. Default: all.
         #[arg(long, requires = "crashed", value_parser = parse_time)]
         since: Option<DateTime<Utc>>,
+        /// The result as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -192,7 +202,7 @@ pub fn run(global: &Global, a: QuarantineArgs) -> Result<u8> {
         QuarantineAction::List { json } => {
             let (items, problems) = quarantine::list(&ctx.qdir)?;
             for p in &problems {
-                eprintln!("roger: warning: {p}");
+                crate::warnln!("{p}");
             }
             if json {
                 outln!("{}", serde_json::to_string(&items)?);

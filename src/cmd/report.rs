@@ -82,7 +82,7 @@ pub fn run(global: &Global, args: ReportArgs) -> Result<u8> {
         return Ok(code);
     }
     if args.text {
-        let colour = std::io::IsTerminal::is_terminal(&std::io::stdout());
+        let colour = crate::colour::stdout();
         outln!("{}", report::text::digest(night, colour));
         return Ok(code);
     }

@@ -55,13 +55,16 @@ pub fn run(global: &Global, args: WatchArgs) -> Result<u8> {
         dry_run: args.dry_run,
     };
     if args.json {
-        watch::watch(&cfg, &opts, &mut JsonReport)
+        watch::watch(&cfg, &opts, &mut JsonReport::default())
     } else {
-        watch::watch(&cfg, &opts, &mut HumanReport)
+        watch::watch(&cfg, &opts, &mut HumanReport::default())
     }
 }
 
-struct JsonReport;
+#[derive(Default)]
+struct JsonReport {
+    said: Said,
+}
 
 impl Report for JsonReport {
     fn event(&mut self, e: &Event) {
@@ -71,11 +74,14 @@ impl Report for JsonReport {
         to_stderr(e);
     }
     fn tick(&mut self, a: &Assessment) {
-        status_line(a);
+        status_line(a, &mut self.said);
     }
 }
 
-struct HumanReport;
+#[derive(Default)]
+struct HumanReport {
+    said: Said,
+}
 
 impl Report for HumanReport {
     fn event(&mut self, e: &Event) {
@@ -83,8 +89,35 @@ impl Report for HumanReport {
         to_stderr(e);
     }
     fn tick(&mut self, a: &Assessment) {
-        status_line(a);
+        status_line(a, &mut self.said);
     }
+}
+
+/// The reason the last status line gave: a reason is said once and again when it changes,
+/// not every tick (a 150-character "no GPU signal" every 5 s buries everything else).
+#[derive(Default)]
+struct Said {
+    reason: Option<String>,
+}
+
+impl Said {
+    /// The reason to print now: the new one, or a short "unchanged".
+    fn reason(&mut self, now: Option<&String>) -> String {
+        if now == self.reason.as_ref() {
+            return if now.is_some() {
+                "reason unchanged".into()
+            } else {
+                String::new()
+            };
+        }
+        self.reason = now.cloned();
+        now.cloned().unwrap_or_default()
+    }
+}
+
+fn secs(s: f64) -> String {
+    use crate::config::units::{duration_from_secs, format_duration};
+    format_duration(duration_from_secs(s))
 }
 
 /// Every decision, in words, on stderr too (stdout may be discarded). What ends the watch
@@ -107,16 +140,16 @@ fn to_stderr(e: &Event) {
 }
 
 /// The status line every interval, through tracing (stderr).
-fn status_line(a: &Assessment) {
+fn status_line(a: &Assessment, said: &mut Said) {
     let step = a.last_step.map_or("-".into(), |s| s.to_string());
     tracing::info!(
-        "{} (this sample: {}) step {step}, silent {:.1}s, limit {:.1}s ({}): {}",
+        "{} (this sample: {}) step {step}, silent {}, limit {} ({}): {}",
         a.state.name(),
         a.raw.name(),
-        a.silent_s,
-        a.limit.seconds,
+        secs(a.silent_s),
+        secs(a.limit.seconds),
         a.limit.source,
-        a.reasons.first().map_or("", String::as_str)
+        said.reason(a.reasons.first())
     );
 }
 
@@ -149,9 +182,11 @@ pub fn human(e: &Event) -> String {
             limit_source,
             reasons,
         } => format!(
-            "state: {} at step {} (silent {silent_s:.1}s, limit {limit_s:.1}s from {limit_source}){}",
+            "state: {} at step {} (silent {}, limit {} from {limit_source}){}",
             state_text(state),
             step.map_or("-".into(), |s| s.to_string()),
+            secs(*silent_s),
+            secs(*limit_s),
             if reasons.is_empty() {
                 String::new()
             } else {
@@ -249,5 +284,24 @@ pub fn human(e: &Event) -> String {
             forwarded_to,
         } => format!("{signal} received; forwarded to {forwarded_to:?}"),
         Event::Done { code, reason } => format!("done ({code}): {reason}"),
+    }
+}
+
+#[cfg(test)]
+mod said_tests {
+    use super::Said;
+
+    #[test]
+    fn a_reason_is_said_once_and_again_when_it_changes() {
+        let mut said = Said::default();
+        let gpu =
+            "no GPU signal (no NVIDIA driver: libnvidia-ml.so could not be loaded)".to_string();
+        assert_eq!(said.reason(Some(&gpu)), gpu);
+        assert_eq!(said.reason(Some(&gpu)), "reason unchanged");
+        let other = "silent 40s".to_string();
+        assert_eq!(said.reason(Some(&other)), other);
+        assert_eq!(said.reason(None), "");
+        assert_eq!(said.reason(None), "");
+        assert_eq!(said.reason(Some(&gpu)), gpu);
     }
 }

@@ -74,8 +74,7 @@ struct RawConfig {
     critic: CriticConfig,
     #[serde(default)]
     watch: WatchConfig,
-    #[serde(default)]
-    publish: PublishConfig,
+    publish: Option<PublishConfig>,
     #[serde(default)]
     disk: DiskConfig,
     #[serde(default)]
@@ -103,6 +102,9 @@ pub struct Config {
     pub critic: CriticConfig,
     pub watch: WatchConfig,
     pub publish: PublishConfig,
+    /// A `[publish]` section was written: retention is opt-in, so without one `roger publish`
+    /// prunes nothing (unless --keep-last / --keep-every ask).
+    pub publish_declared: bool,
     pub disk: DiskConfig,
     pub hygiene: HygieneConfig,
     pub quarantine: QuarantineConfig,
@@ -125,7 +127,15 @@ impl Config {
             match e.span() {
                 Some(span) => {
                     let (line, col) = line_col(text, span.start);
-                    anyhow::anyhow!("{}:{line}:{col}: {msg}", path.display())
+                    // Name the key the error is about (`duration "30" has no unit ... (key `stale`)`).
+                    let key = text
+                        .lines()
+                        .nth(line - 1)
+                        .and_then(|l| l.split_once('='))
+                        .map(|(k, _)| k.trim())
+                        .filter(|k| !k.is_empty() && !k.starts_with('#') && !msg.contains(k))
+                        .map_or(String::new(), |k| format!(" (key `{k}`)"));
+                    anyhow::anyhow!("{}:{line}:{col}: {msg}{key}", path.display())
                 }
                 None => anyhow::anyhow!("{}: {msg}", path.display()),
             }
@@ -165,7 +175,8 @@ impl Config {
             quiet: raw.quiet,
             critic: raw.critic,
             watch: raw.watch,
-            publish: raw.publish,
+            publish_declared: raw.publish.is_some(),
+            publish: raw.publish.unwrap_or_default(),
             disk: raw.disk,
             hygiene: raw.hygiene,
             quarantine,

@@ -28,7 +28,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("expected a duration like \"30s\", \"10m\", \"2h\", got {text:?}"))?;
     let scale = match unit.trim() {
-        "" | "s" | "sec" | "secs" => 1.0,
+        // "30" could be seconds or minutes: a silent guess would be a wrong limit.
+        "" => {
+            return Err(format!(
+                "duration {text:?} has no unit: write \"{num}s\", \"{num}m\" or \"{num}h\""
+            ))
+        }
+        "s" | "sec" | "secs" => 1.0,
         "ms" => 0.001,
         "m" | "min" | "mins" => 60.0,
         "h" | "hr" | "hrs" => 3600.0,
@@ -65,8 +71,11 @@ pub fn format_duration(d: Duration) -> String {
         format!("{}s", trim_float(s))
     } else if s < 7200.0 {
         format!("{}m", trim_float(s / 60.0))
-    } else {
+    } else if s < 2.0 * 86400.0 {
         format!("{}h", trim_float(s / 3600.0))
+    } else {
+        // "15 days", not "360h": a stale run of weeks must read as weeks.
+        format!("{} days", trim_float(s / 86400.0))
     }
 }
 
@@ -91,16 +100,12 @@ impl<'de> Deserialize<'de> for Dur {
             Text(String),
         }
         match Raw::deserialize(d)? {
-            Raw::Int(n) => Ok(Dur(Duration::from_secs(n))),
-            Raw::Float(f) if f.is_finite() && f >= 0.0 => {
-                Duration::try_from_secs_f64(f).map(Dur).map_err(|_| {
-                    de::Error::custom(format!(
-                        "duration {f} s is too long: expected at most {MAX_DURATION_TEXT}"
-                    ))
-                })
-            }
+            // A bare number could be seconds or minutes: a silent guess would be a wrong limit.
+            Raw::Int(n) => Err(de::Error::custom(format!(
+                "duration {n} has no unit: write \"{n}s\", \"{n}m\" or \"{n}h\""
+            ))),
             Raw::Float(f) => Err(de::Error::custom(format!(
-                "expected a non-negative duration, got {f}"
+                "duration {f} has no unit: write \"{f}s\", \"{f}m\" or \"{f}h\""
             ))),
             Raw::Text(s) => parse_duration(&s).map(Dur).map_err(de::Error::custom),
         }
@@ -237,10 +242,24 @@ mod tests {
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
-        assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));
+        // Was silently 45 seconds; a bare number is an error naming the units to choose from.
+        let e = parse_duration("45").unwrap_err();
+        assert!(e.contains("no unit") && e.contains("\"45s\""), "{e}");
+        for bare in ["x = 30", "x = 2.5", "x = \"30\""] {
+            let e = toml::from_str::<std::collections::BTreeMap<String, Dur>>(bare)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("no unit"), "{bare}: {e}");
+        }
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("m").is_err());
         assert_eq!(format_duration(Duration::from_secs(600)), "10m");
+        assert_eq!(format_duration(Duration::from_secs(5 * 3600)), "5h");
+        assert_eq!(format_duration(Duration::from_secs(15 * 86400)), "15 days");
+        assert_eq!(
+            parse_duration("15 days").unwrap(),
+            Duration::from_secs(15 * 86400)
+        );
     }
 
     #[test]
@@ -256,10 +275,10 @@ mod tests {
     fn absurd_values_are_errors_not_panics() {
         let e = parse_duration("99999999999999999999999d").unwrap_err();
         assert!(e.contains("too long"), "{e}");
-        let e = toml::from_str::<std::collections::BTreeMap<String, Dur>>("x = 1e300")
+        let e = toml::from_str::<std::collections::BTreeMap<String, Dur>>("x = \"1e300s\"")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("too long"), "{e}");
+        assert!(e.contains("duration") && e.contains("1e300"), "{e}");
         let e = parse_bytes("99999999999999999999999TiB").unwrap_err();
         assert!(e.contains("too large"), "{e}");
         assert_eq!(duration_from_secs(1e300), Duration::MAX);

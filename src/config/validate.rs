@@ -272,7 +272,7 @@ pub(super) fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
             raw.gpu.source
         );
     }
-    if raw.publish.keep_last == 0 {
+    if raw.publish.as_ref().is_some_and(|p| p.keep_last == 0) {
         bail!("{file}: [publish] expected keep_last >= 1 (the latest is always kept)");
     }
     Ok(())

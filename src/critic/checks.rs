@@ -104,6 +104,18 @@ pub fn grad_norm(obs: &Observation) -> Option<CheckResult> {
 pub fn eval(obs: &Observation) -> Option<CheckResult> {
     let n = obs.settings.eval_window.max(2);
     if obs.evals.len() < n {
+        // Evals are logged but too few yet: say so (rules 2), instead of "not declared".
+        if obs.rules >= 2 && !obs.evals.is_empty() {
+            return Some(CheckResult::unjudged(
+                "eval",
+                Unjudged::Waiting,
+                obs.rules,
+                format!(
+                    "{} eval(s) < eval_window {n}: the overfitting trend needs {n}",
+                    obs.evals.len()
+                ),
+            ));
+        }
         return None;
     }
     let evals = &obs.evals[obs.evals.len() - n..];
@@ -295,7 +307,18 @@ pub(crate) mod tests {
             train_loss: Some(Num(t)),
         };
         o.evals = vec![ev(1000, 0.32, 0.05), ev(2000, 0.36, 0.01)];
-        assert!(eval(&o).is_none(), "two evals are not a 3-eval trend");
+        // Two evals are not a 3-eval trend: waiting, and saying why (rules 2).
+        let waiting = eval(&o).unwrap();
+        assert_eq!(waiting.status, Status::Unknown);
+        assert_eq!(waiting.unjudged, Some(Unjudged::Waiting));
+        assert!(
+            waiting.reason.contains("2 eval(s) < eval_window 3"),
+            "{}",
+            waiting.reason
+        );
+        o.rules = 1;
+        assert!(eval(&o).is_none(), "rules 1 replays the old answer");
+        o.rules = super::super::RULES;
         o.evals.push(ev(3000, 0.39, 0.002));
         let r = eval(&o).unwrap();
         assert_eq!(r.status, Status::Warn);

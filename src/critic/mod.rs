@@ -96,8 +96,10 @@ pub fn num(v: f64) -> Value {
 /// judged, the slope must clear its bound with its confidence interval, a spike keeps the
 /// level from before it until the loss returns near it, a NaN newest loss leaves no loss
 /// check passing, checks waiting for data do not decide the verdict, and a loss below its
-/// band is no divergence. Replay judges an old record by its old rules.
-pub const RULES: u32 = 1;
+/// band is no divergence. 2: a declared check with too little data says so (an eval check
+/// with 2 evals < eval_window 3 is waiting, not "not declared"). Replay judges an old record
+/// by its old rules.
+pub const RULES: u32 = 2;
 
 /// Why a check is `unknown` without deciding the verdict (it stays `unknown`: never `pass`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

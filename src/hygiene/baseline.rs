@@ -41,8 +41,8 @@ pub fn from_log(path: &Path, format: LogFormat, metrics: &MetricsConfig) -> Resu
         .with_context(|| format!("reading metrics log {}", path.display()))?;
     if out.garbage_total > 0 {
         // Never fatal (like the critic), but said: a comparison against junk is no comparison.
-        eprintln!(
-            "roger: warning: {} unreadable line(s) in {}; first: {}",
+        crate::warnln!(
+            "{} unreadable line(s) in {}; first: {}",
             out.garbage_total,
             path.display(),
             out.garbage.first().map_or(String::new(), |g| g.to_string())

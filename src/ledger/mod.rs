@@ -264,6 +264,41 @@ impl Ledger {
         &self.path
     }
 
+    /// Whether a record could be appended now (the file opens for appending, or, when it does
+    /// not exist yet, its directory is writable), checked before work whose record must not be
+    /// lost: a publish never lands without its ledger record.
+    pub fn check_writable(&self) -> Result<()> {
+        match OpenOptions::new().append(true).open(&self.path) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut dir = self
+                    .path
+                    .parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                // The first existing ancestor: missing directories are created on append.
+                while !dir.exists() {
+                    match dir.parent().filter(|d| !d.as_os_str().is_empty()) {
+                        Some(p) => dir = p,
+                        None => break,
+                    }
+                }
+                if crate::sys::owner::dir_writable(dir) {
+                    Ok(())
+                } else {
+                    bail!(
+                        "ledger {} cannot be created: {} is not writable",
+                        self.path.display(),
+                        dir.display()
+                    )
+                }
+            }
+            Err(e) => {
+                Err(e).with_context(|| format!("ledger {} is not writable", self.path.display()))
+            }
+        }
+    }
+
     /// Append one record under an exclusive lock, fsynced before returning.
     pub fn append(&self, entry: Entry, now: DateTime<Utc>) -> Result<Record> {
         let dir = self
@@ -286,6 +321,10 @@ impl Ledger {
             .with_context(|| format!("reading ledger {}", self.path.display()))?
             .len()
             == 0;
+        if was_empty {
+            // A first record written by root in a user's run dir stays appendable by the user.
+            crate::sys::owner::give_to_dir_owner(&locked, dir);
+        }
         let (last, ends_clean) = last_good_record(&mut locked)
             .with_context(|| format!("reading the tail of ledger {}", self.path.display()))?;
         let (seq, prev) = match last {

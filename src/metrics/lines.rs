@@ -167,6 +167,7 @@ impl<'a> LineReader<'a> {
                 .read(&mut buf[have..])
                 .with_context(|| format!("reading log {}", self.path.display()))?;
             out.bytes += n as u64;
+            crate::progress::advance(n as u64);
             if n == 0 {
                 if have > 0 {
                     one_line(parser, &buf[..have], line_no + 1, self.path, out);

@@ -295,6 +295,7 @@ impl Tail {
             open.offset += n as u64;
             poll.bytes_read += n as u64;
             poll.batch.bytes += n as u64;
+            crate::progress::advance(n as u64);
             have += n;
             let used = feed(
                 &mut **parser,

@@ -62,6 +62,8 @@ pub fn known_pids(ledger: Option<&Path>) -> BTreeSet<u32> {
 pub struct ProbeInputs<'a> {
     pub cfg: Option<&'a Config>,
     pub disk: DiskConfig,
+    /// A GPU is expected (`[gpu] source` is not "none"): seeing none is "unknown", not ok.
+    pub gpu_expected: bool,
 }
 
 /// Read the machine and judge it.
@@ -74,7 +76,12 @@ pub fn collect(inputs: &ProbeInputs, reader: &mut dyn GpuReader) -> ProbeReport 
     };
     if let Some(e) = &gpu_error {
         // Not judged either way: a failed read makes the status "unknown" unless worse is found.
-        findings.push(Finding::new(Level::Info, "gpu", e.clone()));
+        let words = if no_gpu && inputs.gpu_expected {
+            format!("no GPU visible: {e}; on a machine without one set [gpu] source = \"none\"")
+        } else {
+            e.clone()
+        };
+        findings.push(Finding::new(Level::Info, "gpu", words));
     }
     let gpu_reader = Some(reader.describe()).filter(|d| !d.is_empty());
     let gpu_fallback = reader.fallback();
@@ -201,7 +208,11 @@ pub fn collect(inputs: &ProbeInputs, reader: &mut dyn GpuReader) -> ProbeReport 
     let kernel_xids = xid::read_kernel_xids();
     findings.extend(xid::findings(&kernel_xids.xids));
 
-    let (word, code) = status(&findings, gpu_error.is_some() && !no_gpu);
+    // No GPU where one is expected is "could not judge", never "ok".
+    let (word, code) = status(
+        &findings,
+        gpu_error.is_some() && (!no_gpu || inputs.gpu_expected),
+    );
     ProbeReport {
         gpu_source: snap.as_ref().map(|s| s.source.clone()),
         gpu_reader,

@@ -190,6 +190,10 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
             dest_abs.display()
         );
     }
+    // Before any byte is copied: a publish must never land without its ledger record.
+    Ledger::new(&req.ledger)
+        .check_writable()
+        .context("nothing was published")?;
     let in_place =
         dest_abs.exists() && src.parent() == Some(std::fs::canonicalize(&dest_abs)?.as_path());
     let mut free_before = None;

@@ -42,15 +42,26 @@ impl Drop for Staging {
 
 /// One publisher per destination at a time; held until dropped. Leftover staging names are
 /// only cleaned under it, so a live publisher's staging copy is never taken for a leftover.
+/// An existing lock file is opened read-only (flock needs no write access), so one created
+/// by another user (`sudo roger publish`) does not lock everyone else out; a new one goes to
+/// the directory's owner.
 pub fn lock(dest: &Path) -> Result<nix::fcntl::Flock<File>> {
     let p = dest.join(names::LOCK_FILE);
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&p)
-        .with_context(|| format!("opening {}", p.display()))?;
+    let f = match File::open(&p) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&p)
+                .with_context(|| format!("opening {}", p.display()))?;
+            crate::sys::owner::give_to_dir_owner(&f, dest);
+            f
+        }
+        Err(e) => return Err(e).with_context(|| format!("opening {}", p.display())),
+    };
     nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| anyhow!("locking {}: {e}", p.display()))
 }

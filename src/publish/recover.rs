@@ -159,8 +159,8 @@ pub fn recover_if_needed(
 /// fails is a warning on stderr, not a refusal to run.
 pub fn try_recover(dest: &Path, ledger: &Ledger, run: &str, source: &str, now: DateTime<Utc>) {
     if let Err(e) = recover_if_needed(dest, ledger, run, source, now) {
-        eprintln!(
-            "roger: warning: could not finish or undo an interrupted publish in {}: {e:#}",
+        crate::warnln!(
+            "could not finish or undo an interrupted publish in {}: {e:#}",
             dest.display()
         );
     }
@@ -288,14 +288,14 @@ pub fn recover(
                             what,
                         )?;
                     }
-                    Ok(h) => eprintln!(
-                        "roger: warning: latest.json names {} with sha256 {}, but it hashes to {} and the ledger has no record of it: not repaired (re-publish it)",
+                    Ok(h) => crate::warnln!(
+                        "latest.json names {} with sha256 {}, but it hashes to {} and the ledger has no record of it: not repaired (re-publish it)",
                         target.display(),
                         l.sha256,
                         h.sha256
                     ),
-                    Err(e) => eprintln!(
-                        "roger: warning: latest.json names {}, which cannot be read ({e:#}), and the ledger has no record of it",
+                    Err(e) => crate::warnln!(
+                        "latest.json names {}, which cannot be read ({e:#}), and the ledger has no record of it",
                         target.display()
                     ),
                 }
@@ -330,7 +330,7 @@ struct Log<'a> {
 impl Log<'_> {
     /// A repaired publish record.
     fn record(&mut self, entry: Entry, what: String) -> Result<()> {
-        eprintln!("roger: {what}");
+        crate::noteln!("roger: {what}");
         self.ledger
             .append(entry.field("repaired", what.as_str()), self.now)?;
         self.done.push(what);
@@ -338,7 +338,7 @@ impl Log<'_> {
     }
 
     fn note(&mut self, event: &str, path: &Path, what: String) -> Result<()> {
-        eprintln!("roger: {what}");
+        crate::noteln!("roger: {what}");
         self.ledger.append(
             Entry::new(Kind::Note, self.source, self.run)
                 .field("event", event)

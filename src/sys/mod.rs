@@ -7,6 +7,7 @@ pub mod clock;
 pub mod disk;
 pub mod fskind;
 pub mod host;
+pub mod owner;
 pub mod pidinfo;
 pub mod proc;
 pub mod wsl;

@@ -1,0 +1,373 @@
+//! `roger init`: write a commented roger.toml for a run that already has a log. Finds and
+//! reads the log here; what the file says is decided in `init/`.
+
+use crate::cli::Global;
+use crate::config::{Config, LogFormat};
+use crate::init::{self, detect};
+use crate::ledger::{Kind, Ledger};
+use crate::metrics;
+use crate::outln;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Bytes of a log looked at to detect its format and keys.
+const HEAD_BYTES: usize = 256 * 1024;
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  roger init --log train_log.jsonl             # writes ./roger.toml
+  roger init --log output/                     # finds trainer_state.json, metrics.csv, *.jsonl, *.log
+  roger init --from-run ../last-run/roger-ledger.jsonl --out next/roger.toml
+  roger init --log train.log --out -           # print instead of writing
+
+Then: roger check (validate), roger critic --once (judge the run now), roger status.")]
+pub struct InitArgs {
+    /// The run's metrics log, or a directory holding one (trainer_state.json, metrics.csv,
+    /// *.jsonl, *.log).
+    #[arg(long, value_name = "FILE|DIR", required_unless_present = "from_run")]
+    pub log: Option<PathBuf>,
+
+    /// A finished good run to take as the next run's baseline: its ledger (its roger.toml
+    /// beside it names the log and the key mapping; refused if its last verdict failed) or
+    /// its log.
+    #[arg(long, value_name = "LEDGER|LOG", conflicts_with = "log")]
+    pub from_run: Option<PathBuf>,
+
+    /// Where to write the config (`-`: stdout).
+    #[arg(long, value_name = "FILE", default_value = "roger.toml")]
+    pub out: PathBuf,
+
+    /// Overwrite an existing --out file.
+    #[arg(long)]
+    pub force: bool,
+
+    /// The run's name in the config and the ledger (default: from the log's directory).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+
+    /// The log's format, instead of detecting it: jsonl, csv, text or hf-trainer-state.
+    #[arg(long, value_name = "FORMAT", value_parser = super::hygiene::parse_format)]
+    pub format: Option<LogFormat>,
+}
+
+pub fn run(_global: &Global, a: InitArgs) -> Result<u8> {
+    let to_stdout = a.out.as_os_str() == "-";
+    if !to_stdout && a.out.exists() && !a.force {
+        bail!(
+            "{} exists; not overwriting it (pass --force to replace it, or --out FILE)",
+            a.out.display()
+        );
+    }
+    let (log, previous, baseline) = match (&a.log, &a.from_run) {
+        (Some(l), _) => (find_log(l)?, None, None),
+        (None, Some(r)) => from_run(r)?,
+        (None, None) => bail!("pass --log FILE|DIR or --from-run LEDGER|LOG"),
+    };
+    let head = read_head(&log)?;
+    let name_hint = log.file_name().map(|n| n.to_string_lossy().into_owned());
+    let mut detected = match (a.format, &previous) {
+        (_, Some(cfg)) => detect::Detected {
+            format: cfg.run.format,
+            why: format!("from {}", cfg.path.display()),
+            keys: Vec::new(),
+            patterns: cfg.metrics.patterns.clone(),
+        },
+        (Some(f), None) => detect::detect(name_hint.as_deref().unwrap_or(""), &head)
+            .filter(|d| d.format == f)
+            .unwrap_or(detect::Detected {
+                format: f,
+                why: "--format".into(),
+                keys: Vec::new(),
+                patterns: Vec::new(),
+            }),
+        (None, None) => detect::detect(name_hint.as_deref().unwrap_or(""), &head).with_context(|| {
+            format!(
+                "{}: cannot tell the log's format: not JSON lines, not CSV with a header, not trainer_state.json, and no known text line shape (llm.c, nanoGPT, modded-nanogpt, AlgoPerf); pass --format and write [metrics] patterns yourself",
+                log.display()
+            )
+        })?,
+    };
+    if let Some(f) = a.format {
+        detected.format = f;
+    }
+    let mapping = match &previous {
+        Some(cfg) => previous_mapping(cfg),
+        None => detect::map_keys(&detected),
+    };
+    let bar = crate::progress::reading(&log, "reading");
+    let read = metrics::read_all(&log, detected.format, &mapping.metrics)
+        .with_context(|| format!("reading {}", log.display()))?;
+    drop(bar);
+    if read.samples.is_empty() {
+        bail!(
+            "{}: no samples read as {} ({} unreadable lines{}); pass --format, or check the key mapping",
+            log.display(),
+            init::format_name(detected.format),
+            read.garbage_total,
+            read.garbage
+                .first()
+                .map_or(String::new(), |g| format!(", first: {g}"))
+        );
+    }
+    let out_dir = if to_stdout {
+        std::env::current_dir()?
+    } else {
+        match a.out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    };
+    let name = a
+        .name
+        .clone()
+        .or_else(|| previous.as_ref().map(|c| format!("{}-next", c.run.name)))
+        .unwrap_or_else(|| run_name(&log));
+    let input = init::Input {
+        name,
+        log: relative_to(&log, &out_dir),
+        detected: &detected,
+        mapping: &mapping,
+        samples: &read.samples,
+        garbage_total: read.garbage_total,
+        baseline,
+        written_at: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    };
+    let proposal = init::infer(&input);
+    // What init writes must load: a file roger cannot read would be init's own bug.
+    let check_path = out_dir.join("roger.toml");
+    Config::parse(&proposal.text, &check_path)
+        .context("the proposed config does not validate (a roger bug; please report it)")?;
+    for l in &proposal.summary {
+        crate::noteln!("roger: init: {l}");
+    }
+    if to_stdout {
+        outln!("{}", proposal.text.trim_end());
+    } else {
+        write_new(&a.out, &proposal.text, a.force)?;
+        crate::noteln!(
+            "roger: init: wrote {}; next: roger --config {} check",
+            a.out.display(),
+            a.out.display()
+        );
+    }
+    Ok(crate::exit::DONE)
+}
+
+/// `--log DIR`: the newest file there (or one level down) that looks like a metrics log.
+fn find_log(path: &Path) -> Result<PathBuf> {
+    if !path.is_dir() {
+        if !path.exists() {
+            bail!("{}: no such file", path.display());
+        }
+        return Ok(path.to_path_buf());
+    }
+    let looks_like_log = |p: &Path| {
+        let n = p
+            .file_name()
+            .map(|n| n.to_string_lossy().to_lowercase())
+            .unwrap_or_default();
+        n == "trainer_state.json"
+            || n.ends_with(".jsonl")
+            || n.ends_with(".csv")
+            || n.ends_with(".log")
+            || n == "log.txt"
+    };
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+    let visit = |dir: &Path, depth: usize, found: &mut Vec<_>| -> Result<Vec<PathBuf>> {
+        let mut subdirs = Vec::new();
+        for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+            let p = e?.path();
+            if p.is_dir() && depth == 0 {
+                subdirs.push(p);
+            } else if p.is_file() && looks_like_log(&p) {
+                let m = std::fs::metadata(&p)?.modified()?;
+                found.push((m, p));
+            }
+        }
+        Ok(subdirs)
+    };
+    for sub in visit(path, 0, &mut found)? {
+        visit(&sub, 1, &mut found)?;
+    }
+    found.sort();
+    match found.pop() {
+        Some((_, p)) => {
+            crate::noteln!("roger: init: using {} (the newest log in {})", p.display(), path.display());
+            Ok(p)
+        }
+        None => bail!(
+            "{}: no log found (looked for trainer_state.json, *.jsonl, *.csv, *.log there and one level down); pass --log FILE",
+            path.display()
+        ),
+    }
+}
+
+/// `--from-run`: a ledger (with its roger.toml beside it) or a log.
+fn from_run(path: &Path) -> Result<(PathBuf, Option<Config>, Option<String>)> {
+    let ledger = Ledger::new(path);
+    let records = ledger.records().unwrap_or_default();
+    if records.is_empty() {
+        let log = find_log(path)?;
+        let words = format!(
+            "the run logged in {} (taken as a finished good run: a log alone cannot say)",
+            log.display()
+        );
+        return Ok((log, None, Some(words)));
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let cfg_path = dir.join(crate::config::DEFAULT_FILE);
+    let cfg = Config::load(&cfg_path).with_context(|| {
+        format!(
+            "{} is a ledger; its run's config is expected beside it",
+            path.display()
+        )
+    })?;
+    let Some(log) = cfg.run.log.clone() else {
+        bail!("{}: [run] names no log", cfg_path.display());
+    };
+    let verdict = records
+        .iter()
+        .rev()
+        .find(|r| r.kind == Kind::Verdict && r.run == cfg.run.name);
+    let words = match verdict {
+        Some(v) => {
+            let status = v.str_field("status").unwrap_or("unknown");
+            if status == "fail" {
+                bail!(
+                    "{}: run {:?} is not a good baseline: its last verdict (#{}, step {}) is fail",
+                    path.display(),
+                    cfg.run.name,
+                    v.seq,
+                    v.step.map_or("-".into(), |s| s.to_string())
+                );
+            }
+            format!(
+                "run {:?} ({}): last verdict #{} {status} at step {}",
+                cfg.run.name,
+                cfg_path.display(),
+                v.seq,
+                v.step.map_or("-".into(), |s| s.to_string())
+            )
+        }
+        None => format!(
+            "run {:?} ({}): no verdict in its ledger",
+            cfg.run.name,
+            cfg_path.display()
+        ),
+    };
+    Ok((log, Some(cfg), Some(words)))
+}
+
+/// The previous run's own mapping: it was right for that trainer.
+fn previous_mapping(cfg: &Config) -> detect::Mapping {
+    let m = cfg.metrics.clone();
+    let mut chosen: Vec<(&'static str, String)> = Vec::new();
+    let defaults = crate::config::MetricsConfig::default();
+    for (k, v, d) in [
+        ("step", &m.step, &defaults.step),
+        ("loss", &m.loss, &defaults.loss),
+        ("grad_norm", &m.grad_norm, &defaults.grad_norm),
+        ("tokens_per_s", &m.tokens_per_s, &defaults.tokens_per_s),
+        ("vram", &m.vram, &defaults.vram),
+        ("eval_loss", &m.eval_loss, &defaults.eval_loss),
+        ("time", &m.time, &defaults.time),
+        ("total_steps", &m.total_steps, &defaults.total_steps),
+        ("tokens", &m.tokens, &defaults.tokens),
+    ] {
+        if v != d {
+            chosen.push((k, format!("{v:?}")));
+        }
+    }
+    if m.lr.0 != defaults.lr.0 {
+        chosen.push(("lr", format!("{:?}", m.lr.0)));
+    }
+    detect::Mapping {
+        notes: vec![format!("key mapping from {}", cfg.path.display())],
+        metrics: m,
+        chosen,
+    }
+}
+
+fn read_head(path: &Path) -> Result<Vec<u8>> {
+    let mut f =
+        std::fs::File::open(path).with_context(|| format!("opening log {}", path.display()))?;
+    let mut buf = Vec::with_capacity(HEAD_BYTES);
+    f.by_ref()
+        .take(HEAD_BYTES as u64)
+        .read_to_end(&mut buf)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(buf)
+}
+
+/// A name for the run: the log's directory, else the file's stem.
+fn run_name(log: &Path) -> String {
+    let abs = std::fs::canonicalize(log).unwrap_or_else(|_| log.to_path_buf());
+    let stem = abs
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let generic = [
+        "trainer_state",
+        "metrics",
+        "train",
+        "log",
+        "train_log",
+        "trainer_log",
+    ];
+    let name = if generic.contains(&stem.as_str()) {
+        abs.parent()
+            .and_then(|p| p.file_name())
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or(stem)
+    } else {
+        stem
+    };
+    let clean: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+    if clean.is_empty() {
+        "run".into()
+    } else {
+        clean
+    }
+}
+
+/// `log` as the config in `dir` should name it: relative when it lies under `dir`.
+fn relative_to(log: &Path, dir: &Path) -> String {
+    let abs_log = std::fs::canonicalize(log).unwrap_or_else(|_| log.to_path_buf());
+    let abs_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    match abs_log.strip_prefix(&abs_dir) {
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => abs_log.display().to_string(),
+    }
+}
+
+/// Write the file; without --force an existing one is never replaced (create_new, so a file
+/// that appeared since the first check is not replaced either).
+fn write_new(path: &Path, text: &str, force: bool) -> Result<()> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true);
+    if force {
+        opts.create(true).truncate(true);
+    } else {
+        opts.create_new(true);
+    }
+    let mut f = opts.open(path).with_context(|| {
+        if path.exists() && !force {
+            format!(
+                "{} exists; not overwriting it (pass --force)",
+                path.display()
+            )
+        } else {
+            format!("writing {}", path.display())
+        }
+    })?;
+    f.write_all(text.as_bytes())
+        .and_then(|_| f.sync_all())
+        .with_context(|| format!("writing {}", path.display()))
+}

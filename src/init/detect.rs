@@ -1,0 +1,416 @@
+//! What kind of log a file is, and which of its keys mean what. Pure: fed the file's first
+//! bytes (and its name); the detectors are a list, so a new format is one more function.
+
+use crate::config::{Clock, KeyList, LogFormat, MetricsConfig, TextPattern, VramUnit};
+use std::collections::BTreeSet;
+
+/// A format recognised in a log's head, with the keys (columns, JSON keys) it carries.
+#[derive(Debug, Clone)]
+pub struct Detected {
+    pub format: LogFormat,
+    /// Why roger thinks so, for the printed summary.
+    pub why: String,
+    /// Keys seen (JSON keys with nesting spelled `a/b`, CSV columns); empty for text.
+    pub keys: Vec<String>,
+    /// Text logs: the built-in patterns that matched.
+    pub patterns: Vec<TextPattern>,
+}
+
+/// One detector: file name and head in, a format out (None: not mine).
+type Detector = fn(&str, &[u8]) -> Option<Detected>;
+
+/// Tried in order; the first that recognises the head wins. Text is last: it matches
+/// anything one of its known line shapes matches.
+const DETECTORS: &[Detector] = &[hf_trainer_state, jsonl, csv, text];
+
+/// Detect the format of a log from its name and its first bytes (a few hundred lines).
+pub fn detect(name: &str, head: &[u8]) -> Option<Detected> {
+    DETECTORS.iter().find_map(|d| d(name, head))
+}
+
+fn hf_trainer_state(name: &str, head: &[u8]) -> Option<Detected> {
+    let text = std::str::from_utf8(head).ok()?;
+    let starts_object = text.trim_start().starts_with('{');
+    if !(starts_object && (name.ends_with(".json") || text.contains("\"log_history\""))) {
+        return None;
+    }
+    if !text.contains("\"log_history\"") {
+        return None;
+    }
+    // Keys of the log_history entries: every `"key":` after log_history's opening.
+    let at = text.find("\"log_history\"")?;
+    let mut keys = BTreeSet::new();
+    for line in text[at..].lines().skip(1) {
+        let l = line.trim();
+        if let Some(rest) = l.strip_prefix('"') {
+            if let Some((key, value)) = rest.split_once("\":") {
+                let v = value.trim().trim_end_matches(',');
+                if v.parse::<f64>().is_ok() || v == "NaN" || v == "Infinity" {
+                    keys.insert(key.to_string());
+                }
+            }
+        }
+    }
+    Some(Detected {
+        format: LogFormat::HfTrainerState,
+        why: "a JSON document with \"log_history\" (Hugging Face trainer_state.json)".into(),
+        keys: keys.into_iter().collect(),
+        patterns: Vec::new(),
+    })
+}
+
+fn lines(head: &[u8]) -> impl Iterator<Item = &str> {
+    head.split(|b| *b == b'\n')
+        .filter_map(|l| std::str::from_utf8(l).ok())
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+}
+
+fn jsonl(_: &str, head: &[u8]) -> Option<Detected> {
+    let mut keys = BTreeSet::new();
+    let mut objects = 0;
+    for line in lines(head).take(500) {
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(serde_json::Value::Object(map)) => {
+                objects += 1;
+                collect_keys("", &map, &mut keys);
+            }
+            _ if objects == 0 => return None,
+            _ => {}
+        }
+    }
+    (objects > 0).then(|| Detected {
+        format: LogFormat::Jsonl,
+        why: format!("{objects} lines of the head are JSON objects"),
+        keys: keys.into_iter().collect(),
+        patterns: Vec::new(),
+    })
+}
+
+fn collect_keys(
+    prefix: &str,
+    map: &serde_json::Map<String, serde_json::Value>,
+    out: &mut BTreeSet<String>,
+) {
+    for (k, v) in map {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}/{k}")
+        };
+        match v {
+            serde_json::Value::Object(inner) => collect_keys(&key, inner, out),
+            serde_json::Value::Number(_) => {
+                out.insert(key);
+            }
+            serde_json::Value::String(s)
+                if s.trim().parse::<f64>().is_ok() || s.contains(':') && key.contains("time") =>
+            {
+                out.insert(key);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn csv(_: &str, head: &[u8]) -> Option<Detected> {
+    let mut it = lines(head);
+    let header: Vec<&str> = it.next()?.split(',').map(str::trim).collect();
+    if header.len() < 2
+        || header
+            .iter()
+            .any(|h| h.is_empty() || h.parse::<f64>().is_ok())
+    {
+        return None;
+    }
+    let rows: Vec<&str> = it.take(50).collect();
+    let numeric_rows = rows
+        .iter()
+        .filter(|r| {
+            let cells: Vec<&str> = r.split(',').collect();
+            cells.len() == header.len() && cells.iter().any(|c| c.trim().parse::<f64>().is_ok())
+        })
+        .count();
+    (numeric_rows > 0 && numeric_rows * 2 >= rows.len()).then(|| Detected {
+        format: LogFormat::Csv,
+        why: format!(
+            "a header of {} columns, {numeric_rows} numeric rows",
+            header.len()
+        ),
+        keys: header.iter().map(|h| h.to_string()).collect(),
+        patterns: Vec::new(),
+    })
+}
+
+/// Line shapes of trainers that print text, with the metric names of their groups.
+const TEXT_SHAPES: &[(&str, &[&str])] = &[
+    (
+        r"s:(?P<step>\d+) trl:(?P<loss>[0-9.eE+-]+) lr:(?P<lr>[0-9.eE+-]+) norm:(?P<grad_norm>[0-9.eE+-]+)",
+        &["llm.c train line"],
+    ),
+    (
+        r"s:(?P<step>\d+) tel:(?P<eval_loss>[0-9.eE+-]+)",
+        &["llm.c eval line"],
+    ),
+    (
+        r"step:(?P<step>\d+)/(?P<total_steps>\d+) train_loss:(?P<loss>[0-9.eE+-]+)",
+        &["modded-nanogpt train line"],
+    ),
+    (
+        r"step:(?P<step>\d+)/(?P<total_steps>\d+) val_loss:(?P<eval_loss>[0-9.eE+-]+)",
+        &["modded-nanogpt val line"],
+    ),
+    (
+        r"iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)",
+        &["nanoGPT iter line"],
+    ),
+    (
+        r"step (?P<step>\d+): train loss [0-9.eE+-]+, val loss (?P<eval_loss>[0-9.eE+-]+)",
+        &["nanoGPT eval line"],
+    ),
+    (
+        r"global_step=(?P<step>\d+), grad_norm=(?P<grad_norm>[^,]+), loss=(?P<loss>\S+)",
+        &["AlgoPerf step line"],
+    ),
+];
+
+fn text(_: &str, head: &[u8]) -> Option<Detected> {
+    let cleaned: Vec<String> = head
+        .split(|b| *b == b'\n')
+        .map(|l| String::from_utf8_lossy(&crate::metrics::clean_line(l)).into_owned())
+        .collect();
+    let mut patterns = Vec::new();
+    let mut names = Vec::new();
+    for (re, name) in TEXT_SHAPES {
+        let rx = regex::Regex::new(re).expect("built-in pattern");
+        let hits = cleaned.iter().filter(|l| rx.is_match(l)).count();
+        if hits >= 2 {
+            patterns.push(TextPattern {
+                regex: re.to_string(),
+                fields: Vec::new(),
+            });
+            names.push(format!("{} ({hits} lines)", name[0]));
+        }
+    }
+    (!patterns.is_empty()).then(|| Detected {
+        format: LogFormat::Text,
+        why: format!("text; known line shapes: {}", names.join(", ")),
+        keys: Vec::new(),
+        patterns,
+    })
+}
+
+/// Keys roger tries for each metric, in order of preference.
+const STEP: &[&str] = &[
+    "step",
+    "global_step",
+    "current_steps",
+    "trainer/global_step",
+    "train/global_step",
+    "iter",
+    "iteration",
+    "_step",
+];
+const LOSS: &[&str] = &[
+    "loss",
+    "train/loss",
+    "train_loss",
+    "training_loss",
+    "train/loss_step",
+    "train_loss_step",
+    "loss_step",
+];
+const LR: &[&str] = &[
+    "learning_rate",
+    "lr",
+    "train/learning_rate",
+    "train/lr",
+    "optim/lr",
+];
+const GRAD_NORM: &[&str] = &[
+    "grad_norm",
+    "train/grad_norm",
+    "gradient_norm",
+    "grad-norm",
+    "total_norm",
+    "norm",
+];
+const TOKENS_PER_S: &[&str] = &[
+    "tokens_per_s",
+    "tokens_per_sec",
+    "tokens_per_second",
+    "train/tokens_per_second",
+    "train_tokens_per_second",
+    "tok/s",
+    "throughput/tokens_per_sec",
+];
+const VRAM: &[&str] = &[
+    "vram_gib",
+    "vram",
+    "memory_gib",
+    "gpu_mem_gib",
+    "mem_gib",
+    "memory/max_allocated",
+    "max_memory_allocated",
+    "gpu_mem",
+    "memory",
+];
+const EVAL_LOSS: &[&str] = &[
+    "eval_loss",
+    "val_loss",
+    "eval/loss",
+    "val/loss",
+    "validation_loss",
+    "valid_loss",
+];
+const TOTAL: &[&str] = &["total_steps", "max_steps"];
+const TOKENS: &[&str] = &["num_input_tokens_seen", "tokens_seen", "total_tokens"];
+
+/// The mapping chosen for a detected log.
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    /// What the reader uses (unmapped metrics keep defaults the log does not have).
+    pub metrics: MetricsConfig,
+    /// `[metrics]` keys to write, in order: (config key, value as TOML).
+    pub chosen: Vec<(&'static str, String)>,
+    /// One line per metric saying what was chosen or that nothing was found.
+    pub notes: Vec<String>,
+}
+
+/// The metrics mapping chosen for a detected log, with what it chose in words.
+pub fn map_keys(d: &Detected) -> Mapping {
+    let mut m = MetricsConfig::default();
+    let mut notes = Vec::new();
+    let mut chosen: Vec<(&'static str, String)> = Vec::new();
+    if d.format == LogFormat::Text {
+        m.patterns = d.patterns.clone();
+        notes.push(format!(
+            "text: {} built-in line pattern(s) matched; their named groups are the metrics",
+            d.patterns.len()
+        ));
+        return Mapping {
+            metrics: m,
+            chosen,
+            notes,
+        };
+    }
+    let has = |k: &str| d.keys.iter().any(|x| x == k);
+    let pick = |cands: &[&str]| cands.iter().find(|c| has(c)).map(|c| c.to_string());
+    let mut set = |what: &'static str, cands: &[&str], slot: &mut String| match pick(cands) {
+        Some(k) => {
+            notes.push(format!("{what} <- {k:?}"));
+            chosen.push((what, format!("{k:?}")));
+            *slot = k;
+        }
+        None => notes.push(format!("{what}: not in the log")),
+    };
+    set("step", STEP, &mut m.step);
+    set("loss", LOSS, &mut m.loss);
+    set("grad_norm", GRAD_NORM, &mut m.grad_norm);
+    set("tokens_per_s", TOKENS_PER_S, &mut m.tokens_per_s);
+    set("vram", VRAM, &mut m.vram);
+    set("eval_loss", EVAL_LOSS, &mut m.eval_loss);
+    // trainer_state.json's max_steps is read without being named.
+    if d.format != LogFormat::HfTrainerState {
+        set("total_steps", TOTAL, &mut m.total_steps);
+    }
+    if m.tokens_per_s.is_empty() || !has(&m.tokens_per_s) {
+        set("tokens", TOKENS, &mut m.tokens);
+    }
+    // Lightning's LearningRateMonitor: `lr-AdamW`, `lr-Muon`, ... one per optimizer/group.
+    let groups: Vec<String> = d
+        .keys
+        .iter()
+        .filter(|k| k.starts_with("lr-") || k.starts_with("lr/"))
+        .take(4)
+        .cloned()
+        .collect();
+    match pick(LR) {
+        Some(k) => {
+            notes.push(format!("lr <- {k:?}"));
+            chosen.push(("lr", format!("{k:?}")));
+            m.lr = KeyList(vec![k]);
+        }
+        None if !groups.is_empty() => {
+            notes.push(format!("lr <- {groups:?} (one per parameter group)"));
+            // Only the first group is fitted; the others are judged against the same curve.
+            chosen.push(("lr", format!("{:?}", groups[0])));
+            m.lr = KeyList(vec![groups[0].clone()]);
+        }
+        None => notes.push("lr: not in the log".into()),
+    }
+    if has(&m.vram) {
+        let lower = m.vram.to_ascii_lowercase();
+        m.vram_unit = if lower.contains("mib") || lower.contains("_mb") {
+            VramUnit::MiB
+        } else if lower.contains("allocated") {
+            VramUnit::Bytes
+        } else {
+            VramUnit::GiB
+        };
+        let unit = match m.vram_unit {
+            VramUnit::Bytes => "bytes",
+            VramUnit::MiB => "MiB",
+            _ => "GiB",
+        };
+        chosen.push(("vram_unit", format!("{unit:?}")));
+    }
+    // A time column: unix seconds, or an elapsed clock (LLaMA-Factory's "0:00:24").
+    m.time = String::new();
+    for (k, clock) in [
+        ("time", Clock::Unix),
+        ("timestamp", Clock::Unix),
+        ("_timestamp", Clock::Unix),
+        ("elapsed_time", Clock::Elapsed),
+    ] {
+        if has(k) {
+            m.time = k.into();
+            m.clock = clock;
+            notes.push(format!("time <- {k:?} ({clock:?} clock)"));
+            chosen.push(("time", format!("{k:?}")));
+            if clock == Clock::Elapsed {
+                chosen.push(("clock", "\"elapsed\"".into()));
+            }
+            break;
+        }
+    }
+    Mapping {
+        metrics: m,
+        chosen,
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_from_heads() {
+        let j = detect("x.log", b"{\"step\": 1, \"train\": {\"loss\": 2.0}}\n").unwrap();
+        assert_eq!(j.format, LogFormat::Jsonl);
+        assert_eq!(j.keys, vec!["step", "train/loss"]);
+        let c = detect(
+            "m.csv",
+            b"epoch,step,train_loss,lr-AdamW\n0,0,3.1,0\n0,10,3.0,1e-4\n",
+        )
+        .unwrap();
+        assert_eq!(c.format, LogFormat::Csv);
+        let map = map_keys(&c);
+        assert_eq!(map.metrics.loss, "train_loss");
+        assert_eq!(map.metrics.lr.0, vec!["lr-AdamW"]);
+        assert!(map.chosen.contains(&("loss", "\"train_loss\"".into())));
+        assert!(map.notes.iter().any(|n| n.contains("parameter group")));
+        let t = detect("t.log", b"junk\niter 0: loss 10.8\niter 10: loss 9.1\n").unwrap();
+        assert_eq!(t.format, LogFormat::Text);
+        assert_eq!(t.patterns.len(), 1);
+        let hf = detect(
+            "trainer_state.json",
+            b"{\n \"log_history\": [\n  {\n   \"learning_rate\": 1e-05,\n   \"loss\": 0.3,\n   \"step\": 25\n  }\n ]\n}\n",
+        )
+        .unwrap();
+        assert_eq!(hf.format, LogFormat::HfTrainerState);
+        assert_eq!(map_keys(&hf).metrics.lr.0, vec!["learning_rate"]);
+        assert!(detect("x", b"nothing here\nat all\n").is_none());
+    }
+}

@@ -1,0 +1,310 @@
+//! `roger init`'s core: from a detected log and its samples to a commented roger.toml. Pure:
+//! the command reads the file and writes the result; this decides what it says. Every
+//! inferred number carries a comment saying where it came from.
+
+pub mod bands;
+pub mod detect;
+pub mod fit;
+
+use crate::config::{kind_name, LogFormat, ScheduleConfig};
+use crate::metrics::{Sample, LR};
+use detect::{Detected, Mapping};
+use fit::FitOutcome;
+
+/// Everything `infer` needs, read by the command.
+pub struct Input<'a> {
+    pub name: String,
+    /// The log as the config will name it (relative to the config's directory if possible).
+    pub log: String,
+    pub detected: &'a Detected,
+    pub mapping: &'a Mapping,
+    pub samples: &'a [Sample],
+    pub garbage_total: u64,
+    /// `--from-run`: words on the finished run this config takes as its baseline.
+    pub baseline: Option<String>,
+    /// RFC 3339 time of writing, for the header.
+    pub written_at: String,
+}
+
+/// The proposal: the file's text and the lines printed to the user.
+pub struct Proposal {
+    pub text: String,
+    pub summary: Vec<String>,
+    pub fit: FitOutcome,
+}
+
+/// The run's planned last step, when the log says it (the newest sample that does).
+fn logged_total(samples: &[Sample]) -> Option<u64> {
+    samples
+        .iter()
+        .rev()
+        .find_map(|s| s.get(crate::metrics::TOTAL_STEPS))
+        .filter(|t| t.is_finite() && *t > 0.0)
+        .map(|t| t as u64)
+}
+
+pub fn infer(input: &Input) -> Proposal {
+    let lr: Vec<(u64, f64)> = input
+        .samples
+        .iter()
+        .filter_map(|s| Some((s.step, s.get(LR)?)))
+        .collect();
+    let total = logged_total(input.samples);
+    let fit = if lr.is_empty() {
+        FitOutcome::Refused("the log has no lr: no schedule to fit".into())
+    } else {
+        fit::fit(&lr, total)
+    };
+    let warmup = match &fit {
+        FitOutcome::Fitted(f) => f.schedule.warmup_steps,
+        FitOutcome::Refused(_) => 0,
+    };
+    let phases = bands::propose(input.samples, warmup);
+
+    let mut summary = vec![format!(
+        "format: {} ({})",
+        format_name(input.detected.format),
+        input.detected.why
+    )];
+    summary.extend(input.mapping.notes.iter().map(|n| format!("  {n}")));
+    summary.push(format!(
+        "read {} samples, steps {}..{}{}",
+        input.samples.len(),
+        input.samples.first().map_or(0, |s| s.step),
+        input.samples.last().map_or(0, |s| s.step),
+        if input.garbage_total > 0 {
+            format!(", {} unreadable lines skipped", input.garbage_total)
+        } else {
+            String::new()
+        }
+    ));
+    match &fit {
+        FitOutcome::Fitted(f) => summary.push(format!("schedule: {}", fit_words(f))),
+        FitOutcome::Refused(why) => summary.push(format!("schedule: not proposed: {why}")),
+    }
+    for p in &phases {
+        summary.push(format!(
+            "phase {:?} (steps {}..{}): {}",
+            p.name,
+            p.from,
+            p.to.map_or("end".into(), |t| t.to_string()),
+            p.keys
+                .iter()
+                .map(|(k, v, _)| format!("{k} = {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+
+    if let FitOutcome::Fitted(f) = &fit {
+        if f.still_rising {
+            summary.push("note: the lr still rises at the log's end: peak and warmup are what the log shows so far; check them against the trainer's config".into());
+        }
+    }
+    let eval_note = eval_rising(input.samples);
+    summary.extend(eval_note.iter().map(|n| format!("note: {n}")));
+    let mut text = render(input, &fit, &phases);
+    if let Some(n) = eval_note {
+        text.push_str(&format!("# Note: {n}\n"));
+    }
+    Proposal { text, summary, fit }
+}
+
+/// Evals the critic's eval check compares by default (`[critic] eval_window`).
+const EVAL_WINDOW: usize = 3;
+
+/// The run's own evals rose at its end: the eval check will warn on it as it stands, and the
+/// user should hear that now rather than from the first verdict.
+fn eval_rising(samples: &[Sample]) -> Option<String> {
+    let evals: Vec<(u64, f64)> = samples
+        .iter()
+        .filter_map(|s| Some((s.step, s.get(crate::metrics::EVAL_LOSS)?)))
+        .filter(|(_, v)| v.is_finite())
+        .collect();
+    let last = evals.get(evals.len().checked_sub(EVAL_WINDOW)?..)?;
+    let (first, newest) = (last[0], last[last.len() - 1]);
+    (newest.1 > first.1).then(|| {
+        format!(
+            "eval loss rose over the last {EVAL_WINDOW} evals ({} at step {} -> {} at step {}): the eval check will warn on this run (overfitting?)",
+            first.1, first.0, newest.1, newest.0
+        )
+    })
+}
+
+pub fn format_name(f: LogFormat) -> &'static str {
+    match f {
+        LogFormat::Jsonl => "jsonl",
+        LogFormat::Csv => "csv",
+        LogFormat::Text => "text",
+        LogFormat::HfTrainerState => "hf-trainer-state",
+    }
+}
+
+fn fit_words(f: &fit::Fit) -> String {
+    let s = &f.schedule;
+    let runner = f.runner_up.map_or(String::new(), |(k, share)| {
+        format!("; next best {} {:.0}%", kind_name(k), 100.0 * share)
+    });
+    format!(
+        "{} fits {:.1}% of {} lr samples within 2% of peak (rms {:.2}%, worst {:.2}%){runner}; peak {:e}, warmup {}, min {:e}, total {}",
+        kind_name(s.kind),
+        100.0 * f.share,
+        f.samples,
+        100.0 * f.rms,
+        100.0 * f.max_dev,
+        s.peak_lr,
+        s.warmup_steps,
+        s.min_lr,
+        s.total_steps.map_or("-".into(), |t| t.to_string())
+    )
+}
+
+/// A TOML line `key = value` with its comment aligned after it.
+fn line(out: &mut String, key: &str, value: &str, comment: &str) {
+    let kv = format!("{key} = {value}");
+    if comment.is_empty() {
+        out.push_str(&kv);
+    } else {
+        out.push_str(&format!("{kv:<28} # {comment}"));
+    }
+    out.push('\n');
+}
+
+fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
+    let mut o = String::new();
+    o.push_str(&format!(
+        "# roger.toml written by `roger init` from {} at {}.\n",
+        input.log, input.written_at
+    ));
+    o.push_str(
+        "# Every inferred number says where it came from. Edit freely; check with `roger check`.\n",
+    );
+    if let Some(b) = &input.baseline {
+        o.push_str(&format!("# Baseline: {b}\n"));
+    }
+    o.push_str("# No [publish] section: `roger publish` keeps every checkpoint until you set keep_last.\n\n");
+
+    o.push_str("[run]\n");
+    line(&mut o, "name", &format!("{:?}", input.name), "");
+    line(&mut o, "log", &format!("{:?}", input.log), "");
+    line(
+        &mut o,
+        "format",
+        &format!("{:?}", format_name(input.detected.format)),
+        &format!("detected: {}", input.detected.why),
+    );
+    o.push_str("# checkpoint_dir = \"checkpoints\"   # where `roger publish` puts checkpoints\n\n");
+
+    o.push_str("[metrics]\n# Which log key holds what (chosen from the keys the log has).\n");
+    for (k, v) in &input.mapping.chosen {
+        line(&mut o, k, v, "");
+    }
+    if !input.mapping.metrics.patterns.is_empty() {
+        o.push_str("patterns = [\n");
+        for p in &input.mapping.metrics.patterns {
+            o.push_str(&format!("  {{ regex = '{}' }},\n", p.regex));
+        }
+        o.push_str("]\n");
+    }
+    for n in input
+        .mapping
+        .notes
+        .iter()
+        .filter(|n| n.ends_with("not in the log"))
+    {
+        o.push_str(&format!("# {n}\n"));
+    }
+    o.push('\n');
+
+    match fit {
+        FitOutcome::Fitted(f) => render_schedule(&mut o, f),
+        FitOutcome::Refused(why) => {
+            o.push_str(&format!(
+                "# [schedule] not proposed: {why}.\n# Without one the lr check is off.\n\n"
+            ));
+        }
+    }
+
+    o.push_str("# Thresholds per phase, from the quantiles of this run's own samples.\n# Not proposed: loss_slope, loss_spike, grad_norm_spike (set them once you know the run's noise).\n");
+    for p in phases {
+        o.push_str("[[phase]]\n");
+        line(&mut o, "name", &format!("{:?}", p.name), "");
+        line(&mut o, "from", &p.from.to_string(), "");
+        if let Some(to) = p.to {
+            line(&mut o, "to", &to.to_string(), "the fitted warmup's end");
+        }
+        for (k, v, why) in &p.keys {
+            line(&mut o, k, v, why);
+        }
+        o.push('\n');
+    }
+    o
+}
+
+fn render_schedule(o: &mut String, f: &fit::Fit) {
+    let s: &ScheduleConfig = &f.schedule;
+    o.push_str(&format!(
+        "# Fitted to {} logged lr samples: {:.1}% within 2% of peak, rms {:.2}%, worst {:.2}% of peak.\n",
+        f.samples,
+        100.0 * f.share,
+        100.0 * f.rms,
+        100.0 * f.max_dev
+    ));
+    o.push_str("[schedule]\n");
+    let runner = f.runner_up.map_or(String::new(), |(k, share)| {
+        format!(" (next best: {} at {:.0}%)", kind_name(k), 100.0 * share)
+    });
+    line(
+        o,
+        "kind",
+        &format!("{:?}", kind_name(s.kind)),
+        &format!("best of constant, linear, cosine, inverse-sqrt{runner}"),
+    );
+    line(
+        o,
+        "peak_lr",
+        &format!("{:e}", s.peak_lr),
+        "the highest logged lr",
+    );
+    if crate::config::needs_total(s.kind) {
+        line(
+            o,
+            "min_lr",
+            &format!("{:e}", s.min_lr),
+            "least squares over the decay",
+        );
+    }
+    line(
+        o,
+        "warmup_steps",
+        &s.warmup_steps.to_string(),
+        "least squares over the rising lr before the peak",
+    );
+    if let Some(t) = s.total_steps {
+        if f.total_from_log {
+            o.push_str(&format!(
+                "# total_steps = {t}   # the log says it: read from there\n"
+            ));
+        } else {
+            line(
+                o,
+                "total_steps",
+                &t.to_string(),
+                "fitted: where the decay ends",
+            );
+        }
+    }
+    line(
+        o,
+        "tolerance",
+        &format!("{}", s.tolerance),
+        "fraction of peak: 2x the worst sample, at least 0.002",
+    );
+    line(
+        o,
+        "step_slack",
+        &s.step_slack.to_string(),
+        "trainers log a neighbouring step's lr",
+    );
+    o.push('\n');
+}
