@@ -15,17 +15,7 @@ const INCIDENT_ROWS: usize = 8;
 pub fn digest(n: &Night, colour: bool) -> String {
     let h = &n.headline;
     let mut lines: Vec<String> = Vec::new();
-    let state = if colour {
-        let code = match h.state {
-            State::Ok => "32",
-            State::Attention => "33",
-            State::Stopped => "31",
-            State::Unknown => "35",
-        };
-        format!("\x1b[1;{code}m{}\x1b[0m", h.state.as_str())
-    } else {
-        h.state.as_str().to_string()
-    };
+    let state = crate::colour::status(h.state.as_str(), colour);
     lines.push(format!(
         "roger · {} · {state}: {}",
         clean(&n.run),
@@ -238,6 +228,6 @@ mod tests {
         assert!(text.contains("and 22 more"), "{text}");
         assert!(text.starts_with("roger · r · ATTENTION: the ledger's hash chain is broken"));
         let coloured = digest(&night, true);
-        assert!(coloured.contains("\x1b[1;33mATTENTION\x1b[0m"));
+        assert!(coloured.contains(&crate::colour::status("ATTENTION", true)));
     }
 }
