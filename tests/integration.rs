@@ -16,6 +16,7 @@ mod publish;
 mod quarantine;
 mod real_configs;
 mod real_logs;
+mod tensorboard;
 mod untrusted_ledger;
 mod watch;
 mod watch_lifecycle;
