@@ -14,6 +14,7 @@ mod powercut;
 mod probe;
 mod publish;
 mod quarantine;
+mod read_less;
 mod real_configs;
 mod real_logs;
 mod tensorboard;

@@ -55,6 +55,22 @@ impl<'a> Runner<'a> {
         }
     }
 
+    pub fn replace_tail(&mut self, tail: Tail) {
+        self.tail = tail;
+    }
+
+    /// The state a summary cache carries to the next `--once`.
+    pub fn state(&self) -> (&Tail, &History) {
+        (&self.tail, &self.history)
+    }
+
+    /// Go on from a cached history (read by `tail`, resumed where it stood). What the last
+    /// verdict judged is set from the ledger again, as for a fresh read.
+    pub fn restore(&mut self, mut history: History) {
+        history.forget_judged();
+        self.history = history;
+    }
+
     /// `--once`: the ledger's last verdict of this run judged up to `step`; samples after it
     /// are new to this one (applied after the read, so a resume in the log before then does
     /// not make old samples new).

@@ -83,7 +83,7 @@ impl Sample {
 
 /// A sample as the readers produce it: fixed slots instead of a map, so reading a large log
 /// allocates nothing per line. [`Sample`] is its public, map-shaped form.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Record {
     pub step: u64,
     pub time: Option<f64>,
