@@ -58,7 +58,7 @@ pub fn from_the_end(cfg: &Config, log: &Path) -> Result<Look, String> {
     let mut stretch = FIRST;
     let mut shorter: Option<Vec<u8>> = None;
     while stretch < size {
-        let from = line_start(&file, size - stretch)?;
+        let from = crate::metrics::tail::line_start(&file, size - stretch)?;
         let mut tail = Tail::starting_at(log, cfg.run.format, m, from)?;
         let mut history = History::new(cfg);
         tail.poll_into(&mut |recs: &mut Vec<Record>| {
@@ -84,24 +84,6 @@ pub fn from_the_end(cfg: &Config, log: &Path) -> Result<Look, String> {
         stretch *= 2;
     }
     Err("the stretch grew to the whole log".into())
-}
-
-/// The first line start at or after `at`.
-fn line_start(file: &File, at: u64) -> Result<u64, String> {
-    let mut buf = vec![0u8; 64 << 10];
-    let mut pos = at.saturating_sub(1); // `at` itself starts a line when the byte before is \n
-    loop {
-        let n = file
-            .read_at(&mut buf, pos)
-            .map_err(|e| format!("reading the log: {e}"))?;
-        if n == 0 {
-            return Ok(pos);
-        }
-        if let Some(i) = memchr::memchr(b'\n', &buf[..n]) {
-            return Ok(pos + i as u64 + 1);
-        }
-        pos += n as u64;
-    }
 }
 
 #[derive(Clone, Copy, PartialEq)]

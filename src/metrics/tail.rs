@@ -362,6 +362,23 @@ impl Tail {
         Tail::resume(path, format, m, &r)
     }
 
+    /// A tail that starts at the last line start at least `bytes` before the end of the
+    /// log (a line-based log only): for a first look that needs only the newest lines.
+    pub fn near_end(
+        path: &Path,
+        format: LogFormat,
+        m: &MetricsConfig,
+        bytes: u64,
+    ) -> Result<Tail, String> {
+        if super::locate::is_pattern(path) {
+            return Err("a pattern".into());
+        }
+        let file = File::open(path).map_err(|e| format!("opening the log: {e}"))?;
+        let size = file.metadata().map_err(|e| format!("stat: {e}"))?.len();
+        let from = line_start(&file, size.saturating_sub(bytes))?;
+        Tail::starting_at(path, format, m, from)
+    }
+
     /// Give the garbage of this read its real line numbers (lines before the start of a read
     /// from the end are counted now, once).
     fn number_lines(&mut self, batch: &mut Batch, first_new: usize) -> Result<()> {
@@ -551,6 +568,24 @@ impl Tail {
             );
         }
         Ok(())
+    }
+}
+
+/// The first line start at or after `at`.
+pub fn line_start(file: &File, at: u64) -> Result<u64, String> {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut pos = at.saturating_sub(1); // `at` itself starts a line when the byte before is \n
+    loop {
+        let n = file
+            .read_at(&mut buf, pos)
+            .map_err(|e| format!("reading the log: {e}"))?;
+        if n == 0 {
+            return Ok(pos);
+        }
+        if let Some(i) = memchr::memchr(b'\n', &buf[..n]) {
+            return Ok(pos + i as u64 + 1);
+        }
+        pos += n as u64;
     }
 }
 
