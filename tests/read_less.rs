@@ -80,6 +80,12 @@ fn resumed_log() -> String {
 /// Run `critic --once --json` (plus `extra`) and return (verdict, observation of the record
 /// it filed).
 fn judge(env: &Env, extra: &[&str]) -> (Value, Value) {
+    let (v, obs, _) = judge_err(env, extra);
+    (v, obs)
+}
+
+/// [`judge`], with stderr.
+fn judge_err(env: &Env, extra: &[&str]) -> (Value, Value, String) {
     let mut args = vec!["critic", "--once", "--json", "--now", NOW];
     args.extend_from_slice(extra);
     let run = env.run(&args);
@@ -91,7 +97,7 @@ fn judge(env: &Env, extra: &[&str]) -> (Value, Value) {
         .unwrap()
         .pop()
         .unwrap();
-    (v, last.get("observation").unwrap().clone())
+    (v, last.get("observation").unwrap().clone(), run.stderr())
 }
 
 /// The top-level fields in which two observations differ, for the failure message.
@@ -198,7 +204,14 @@ fn the_cache_never_serves_a_stale_verdict() {
             _ => unreachable!(),
         }
         let ledger = env.read("roger-ledger.jsonl");
-        let cached = judge(&env, &[]);
+        let (v, obs, stderr) = judge_err(&env, &[]);
+        let cached = (v, obs);
+        let used = !stderr.contains("not used");
+        assert_eq!(
+            used,
+            ["appended", "unchanged"].contains(&change),
+            "{change}: {stderr}"
+        );
         std::fs::write(env.path("roger-ledger.jsonl"), &ledger).unwrap();
         let full = judge(&env, &["--full-read"]);
         assert_eq!(cached.0, full.0, "{change}");

@@ -80,7 +80,9 @@ impl History {
         let mut h = self.clone();
         h.samples_total = 0;
         h.garbage_total = 0;
-        postcard::to_stdvec(&h).expect("a history serialises")
+        let mut out = Vec::new();
+        ciborium::into_writer(&h, &mut out).expect("a history serialises");
+        out
     }
 
     /// Whether the samples kept fill their capacity (then older samples cannot be in them).

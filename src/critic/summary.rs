@@ -1,4 +1,5 @@
-//! The summary cache beside the ledger (`<ledger>.critic-cache`): what one `critic --once`
+//! The summary cache beside the ledger (`<ledger>.critic-cache`, CBOR: self-describing like
+//! JSON, and it keeps NaN, which JSON cannot): what one `critic --once`
 //! knew when it finished — the run's [`History`] (window, evals, onsets, events between
 //! verdicts, counts) and where its read of the log stood — so the next `--once` reads only
 //! what was appended since. It is a cache, never a source of truth: any doubt (another
@@ -70,7 +71,7 @@ impl Summary {
             Err(e) => return Err(format!("unreadable: {e}")),
         };
         let cached: Cached =
-            postcard::from_bytes(&bytes).map_err(|e| format!("unreadable: {e}"))?;
+            ciborium::from_reader(bytes.as_slice()).map_err(|e| format!("unreadable: {e}"))?;
         let want = key(cfg, log);
         let k = &cached.key;
         if (k.schema, &k.roger) != (want.schema, &want.roger) {
@@ -105,7 +106,8 @@ impl Summary {
             resume,
             history: history.clone(),
         };
-        let bytes = postcard::to_stdvec(&cached).map_err(|e| e.to_string())?;
+        let mut bytes = Vec::new();
+        ciborium::into_writer(&cached, &mut bytes).map_err(|e| e.to_string())?;
         let tmp = self
             .path
             .with_extension(format!("tmp{}", std::process::id()));
@@ -116,5 +118,80 @@ impl Summary {
                 let _ = std::fs::remove_file(&tmp);
                 format!("writing {}: {e}", self.path.display())
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::tail::Tail;
+    use std::fmt::Write as _;
+
+    /// A history with every kind of state (NaN, evals, a spike event, onsets) comes back
+    /// from the cache the same, and the tail goes on where it stood.
+    #[test]
+    fn a_history_survives_the_cache() {
+        let d = tempfile::tempdir().unwrap();
+        let toml = d.path().join("roger.toml");
+        std::fs::write(
+            &toml,
+            "[run]\nname = \"t\"\nlog = \"train.jsonl\"\n[[phase]]\nname = \"a\"\nfrom = 0\n\
+             window = 10\nloss = [0.5, 6.0]\nloss_spike = 2.0\ngrad_norm_spike = 3.0\n",
+        )
+        .unwrap();
+        let cfg = Config::load(&toml).unwrap();
+        let log = d.path().join("train.jsonl");
+        let mut text = String::new();
+        for i in 0..100u64 {
+            let loss = match i {
+                50 => "9.0".to_string(),
+                90.. => "NaN".to_string(),
+                _ => "3.0".to_string(),
+            };
+            let grad = if i == 60 { 9.0 } else { 0.5 };
+            writeln!(
+                text,
+                "{{\"step\": {i}, \"time\": {i}, \"loss\": {loss}, \"grad_norm\": {grad}}}"
+            )
+            .unwrap();
+            if i % 20 == 0 {
+                writeln!(text, "{{\"step\": {i}, \"eval_loss\": 2.5}}").unwrap();
+            }
+        }
+        std::fs::write(&log, &text).unwrap();
+        let mut tail = Tail::new(&log, cfg.run.format, &cfg.metrics).unwrap();
+        let mut history = History::new(&cfg);
+        for r in tail.poll().unwrap().batch.records {
+            history.push(r);
+        }
+        let summary = Summary::beside(&d.path().join("roger-ledger.jsonl"));
+        assert!(summary.save(&cfg, &log, &tail, &history).unwrap());
+        let (mut back_tail, back) = summary.load(&cfg, &log).unwrap();
+        assert_eq!(back.state_bytes(), history.state_bytes());
+        assert_eq!(back.samples_total, history.samples_total);
+        let obs = |h: &History| crate::critic::observe(h, &cfg, 200.0, None);
+        let (a, b) = (obs(&history), obs(&back));
+        assert_eq!(
+            serde_json::to_value(&a).unwrap(),
+            serde_json::to_value(&b).unwrap()
+        );
+        assert!(
+            !a.evals.is_empty() && a.onsets.nonfinite.is_some(),
+            "{a:#?}"
+        );
+        let poll = back_tail.poll().unwrap();
+        assert_eq!(
+            (poll.bytes_read, poll.records),
+            (0, 0),
+            "nothing new to read"
+        );
+        // Another config: not used.
+        std::fs::write(&toml, "[run]\nname = \"t\"\nlog = \"train.jsonl\"\n").unwrap();
+        let other = Config::load(&toml).unwrap();
+        assert!(summary
+            .load(&other, &log)
+            .err()
+            .unwrap()
+            .contains("another config"));
     }
 }
