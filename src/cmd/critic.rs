@@ -103,8 +103,11 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
     let tail = Tail::new(&log, cfg.run.format, &cfg.metrics)
         .with_context(|| format!("{}", cfg.path.display()))?;
     let ledger = Ledger::new(args.ledger.clone().unwrap_or_else(|| cfg.ledger_path()));
-    let mut gpu = crate::gpu::open_reader(&cfg.gpu);
-    let mut runner = Runner::new(&cfg, tail, &mut *gpu, args.pids.clone());
+    let mut gpu = LazyGpu {
+        cfg: &cfg.gpu,
+        reader: None,
+    };
+    let mut runner = Runner::new(&cfg, tail, &mut gpu, args.pids.clone());
     let clock = SystemClock;
     if args.daemon {
         let opts = DaemonOptions {
@@ -169,6 +172,22 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         print_human(&tick.verdict, &cfg, rec.seq);
     }
     Ok(tick.verdict.status.exit_code())
+}
+
+/// The GPU reader, opened when a check first asks (most verdicts never do: the log carries
+/// VRAM or no ceiling is set), so a check every few minutes does not load the driver each time.
+struct LazyGpu<'a> {
+    cfg: &'a crate::config::GpuConfig,
+    reader: Option<Box<dyn crate::gpu::GpuReader>>,
+}
+
+impl crate::gpu::GpuReader for LazyGpu<'_> {
+    fn read(&mut self) -> Result<crate::gpu::GpuSnapshot, crate::gpu::GpuError> {
+        let cfg = self.cfg;
+        self.reader
+            .get_or_insert_with(|| crate::gpu::open_reader(cfg))
+            .read()
+    }
 }
 
 /// Garbage lines and restarts go to stderr: they never stop the critic.
