@@ -133,7 +133,7 @@ pub fn recent_verdicts(ledger: &Ledger, run: &str, want: usize) -> Vec<crate::le
     let mine = |r: &crate::ledger::Record| {
         r.kind == crate::ledger::Kind::Verdict && r.source == "critic" && r.run == run
     };
-    let mut stretch: u64 = 256 << 10;
+    let mut stretch: u64 = 32 << 10;
     loop {
         let from = size.saturating_sub(stretch);
         let mut buf = vec![0u8; (size - from) as usize];
