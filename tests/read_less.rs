@@ -57,7 +57,7 @@ fn resumed_log() -> String {
         s.push_str(&format!(
             "{{\"step\": {step}, \"time\": {t}, \"loss\": {loss}, \"grad_norm\": 0.7, \"lr\": 0.0003}}\n"
         ));
-        if step % 500 == 0 && step > 0 {
+        if step.is_multiple_of(500) && step > 0 {
             s.push_str(&format!(
                 "{{\"step\": {step}, \"time\": {t}, \"eval_loss\": 2.5}}\n"
             ));

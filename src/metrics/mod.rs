@@ -218,7 +218,7 @@ pub fn line_parser(format: LogFormat, m: &MetricsConfig) -> Result<Option<Box<dy
 
 /// A log of several files or binary records, read incrementally by its own reader.
 pub enum Source {
-    Events(tensorboard::EventLog),
+    Events(Box<tensorboard::EventLog>),
     Mlflow(mlflow::MlflowRun),
 }
 
@@ -226,7 +226,9 @@ impl Source {
     /// The reader for `format` at `path` (`None` for line-based and snapshot formats).
     pub fn new(format: LogFormat, path: &Path, m: &MetricsConfig) -> Option<Source> {
         match format {
-            LogFormat::Tensorboard => Some(Source::Events(tensorboard::EventLog::new(path, m))),
+            LogFormat::Tensorboard => Some(Source::Events(Box::new(tensorboard::EventLog::new(
+                path, m,
+            )))),
             LogFormat::Mlflow => Some(Source::Mlflow(mlflow::MlflowRun::new(path, m))),
             LogFormat::Jsonl | LogFormat::Csv | LogFormat::Text | LogFormat::HfTrainerState => None,
         }

@@ -409,7 +409,8 @@ mod tests {
         let (items, _) = tfrecord::scan(&whole);
         let last_grad = items
             .iter()
-            .filter_map(|i| match i {
+            .rev()
+            .find_map(|i| match i {
                 Item::Record(at, p) => {
                     let e = tb_event::decode(p).unwrap();
                     let grad = tb_event::scalars(&e).any(|(t, _)| t == "train/grad_norm");
@@ -417,7 +418,6 @@ mod tests {
                 }
                 Item::Damaged { .. } => None,
             })
-            .last()
             .unwrap();
         let cut = last_grad + tfrecord::HEADER + 5;
         std::fs::write(&file, &whole[..cut]).unwrap();
