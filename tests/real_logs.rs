@@ -472,7 +472,16 @@ fn every_real_log_is_read_whole_without_garbage() {
             std::fs::read_to_string(fixture(&format!("{}.toml", stem(log)))).unwrap(),
         );
         env.write(log, &text);
-        let run = env.run(&["--config", "roger.toml", "critic", "--once", "--json"]);
+        // --full-read: every line parsed (a first look may judge from the log's end, and its
+        // counts then cover the stretch it read).
+        let run = env.run(&[
+            "--config",
+            "roger.toml",
+            "critic",
+            "--once",
+            "--json",
+            "--full-read",
+        ]);
         let v: Value = serde_json::from_str(run.stdout().trim())
             .unwrap_or_else(|e| panic!("{log}: {e}\n{}", run.report()));
         assert_eq!(v["step"].as_u64(), last, "{log}\n{}", run.report());

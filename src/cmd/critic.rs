@@ -5,6 +5,7 @@
 use super::critic_run::{daemon, DaemonOptions, Runner, Tick};
 use crate::cli::Global;
 use crate::config::{self, Config};
+use crate::critic::summary::Summary;
 use crate::critic::{replay, Status, Verdict};
 use crate::exit;
 use crate::ledger::Ledger;
@@ -69,6 +70,11 @@ pub struct CriticArgs {
     #[arg(long = "pid", value_name = "PID", conflicts_with = "replay")]
     pub pids: Vec<u32>,
 
+    /// --once: read the whole log, not going on from the summary cache beside the ledger
+    /// (which is then rebuilt). For when in doubt; verdicts are the same either way.
+    #[arg(long, conflicts_with_all = ["daemon", "replay"])]
+    pub full_read: bool,
+
     /// Machine-readable output (one JSON object per verdict).
     #[arg(long)]
     pub json: bool,
@@ -104,8 +110,11 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
     let tail = Tail::new(&log, cfg.run.format, &cfg.metrics)
         .with_context(|| format!("{}", cfg.path.display()))?;
     let ledger = Ledger::new(args.ledger.clone().unwrap_or_else(|| cfg.ledger_path()));
-    let mut gpu = crate::gpu::open_reader(&cfg.gpu);
-    let mut runner = Runner::new(&cfg, tail, &mut *gpu, args.pids.clone());
+    let mut gpu = LazyGpu {
+        cfg: &cfg.gpu,
+        reader: None,
+    };
+    let mut runner = Runner::new(&cfg, tail, &mut gpu, args.pids.clone());
     let clock = SystemClock;
     if args.daemon {
         let opts = DaemonOptions {
@@ -129,6 +138,34 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         })?;
         return Ok(exit::OK);
     }
+    // Go on from the summary cache when it still fits the log; else read the log afresh.
+    let summary = Summary::beside(ledger.path());
+    let cached = if args.full_read {
+        Err("none yet".to_string())
+    } else {
+        summary.load(&cfg, &log)
+    };
+    match cached {
+        Ok((tail, history)) => {
+            runner.replace_tail(tail);
+            runner.restore(history);
+        }
+        Err(why) => {
+            if why != "none yet" {
+                eprintln!(
+                    "roger: note: summary cache {} not used ({why}); reading the log afresh",
+                    summary.path().display()
+                );
+            }
+            // A big log is first read from its end when that gives the same history.
+            if !args.full_read {
+                if let Ok(look) = crate::critic::first_look::from_the_end(&cfg, &log) {
+                    runner.replace_tail(look.tail);
+                    runner.restore(look.history);
+                }
+            }
+        }
+    }
     runner.judged_through(super::critic_run::last_judged_step(&ledger, &cfg.run.name));
     let bar =
         crate::metrics::locate::resolve(&log).and_then(|p| crate::progress::reading(&p, "reading"));
@@ -138,6 +175,12 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
     format_hint(&tick, &log, cfg.run.format);
     super::critic_run::mark_flapping(&mut tick.verdict, &ledger, &cfg);
     let rec = ledger.append(tick.verdict.entry(&cfg.run.name, &tick.obs), clock.now())?;
+    let (tail, history) = runner.state();
+    if let Err(e) = summary.save(&cfg, &log, tail, history) {
+        eprintln!(
+            "roger: warning: summary cache not kept (the next check reads the log afresh): {e}"
+        );
+    }
     if args.json {
         print_json(&tick.verdict, Some(rec.seq));
     } else {
@@ -176,6 +219,22 @@ fn format_hint(tick: &Tick, log: &std::path::Path, declared: config::LogFormat) 
             true
         }
         _ => false,
+    }
+}
+
+/// The GPU reader, opened when a check first asks (most verdicts never do: the log carries
+/// VRAM or no ceiling is set), so a check every few minutes does not load the driver each time.
+struct LazyGpu<'a> {
+    cfg: &'a crate::config::GpuConfig,
+    reader: Option<Box<dyn crate::gpu::GpuReader>>,
+}
+
+impl crate::gpu::GpuReader for LazyGpu<'_> {
+    fn read(&mut self) -> Result<crate::gpu::GpuSnapshot, crate::gpu::GpuError> {
+        let cfg = self.cfg;
+        self.reader
+            .get_or_insert_with(|| crate::gpu::open_reader(cfg))
+            .read()
     }
 }
 

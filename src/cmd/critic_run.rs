@@ -55,6 +55,22 @@ impl<'a> Runner<'a> {
         }
     }
 
+    pub fn replace_tail(&mut self, tail: Tail) {
+        self.tail = tail;
+    }
+
+    /// The state a summary cache carries to the next `--once`.
+    pub fn state(&self) -> (&Tail, &History) {
+        (&self.tail, &self.history)
+    }
+
+    /// Go on from a cached history (read by `tail`, resumed where it stood). What the last
+    /// verdict judged is set from the ledger again, as for a fresh read.
+    pub fn restore(&mut self, mut history: History) {
+        history.forget_judged();
+        self.history = history;
+    }
+
     /// `--once`: the ledger's last verdict of this run judged up to `step`; samples after it
     /// are new to this one (applied after the read, so a resume in the log before then does
     /// not make old samples new).
@@ -105,33 +121,56 @@ impl<'a> Runner<'a> {
     }
 }
 
+/// The newest `want` critic verdicts of `run`, oldest first, read from the end of the
+/// ledger back only as far as they go (a ledger grows by a verdict every check: reading all
+/// of it each time would make every check slower than the last). Unreadable: none.
+pub fn recent_verdicts(ledger: &Ledger, run: &str, want: usize) -> Vec<crate::ledger::Record> {
+    use std::os::unix::fs::FileExt;
+    let Ok(file) = std::fs::File::open(ledger.path()) else {
+        return Vec::new();
+    };
+    let size = file.metadata().map_or(0, |m| m.len());
+    let mine = |r: &crate::ledger::Record| {
+        r.kind == crate::ledger::Kind::Verdict && r.source == "critic" && r.run == run
+    };
+    let mut stretch: u64 = 32 << 10;
+    loop {
+        let from = size.saturating_sub(stretch);
+        let mut buf = vec![0u8; (size - from) as usize];
+        if file.read_exact_at(&mut buf, from).is_err() {
+            return Vec::new();
+        }
+        // From the first whole line (the chain check of the first one is moot here).
+        let start = if from == 0 {
+            0
+        } else {
+            memchr::memchr(b'\n', &buf).map_or(buf.len(), |i| i + 1)
+        };
+        let found: Vec<_> = crate::ledger::scan_bytes(&buf[start..])
+            .records
+            .into_iter()
+            .filter(mine)
+            .collect();
+        if found.len() >= want || from == 0 {
+            let skip = found.len().saturating_sub(want);
+            return found.into_iter().skip(skip).collect();
+        }
+        stretch *= 4;
+    }
+}
+
 /// The step of the newest critic verdict of `run` in the ledger (none, or unreadable: `None`).
 pub fn last_judged_step(ledger: &Ledger, run: &str) -> Option<u64> {
-    let records = ledger.records().ok()?;
-    records
-        .iter()
-        .rev()
-        .find(|r| r.kind == crate::ledger::Kind::Verdict && r.source == "critic" && r.run == run)?
-        .step
+    recent_verdicts(ledger, run, 1).pop()?.step
 }
 
 /// Name the checks hygiene's flap detector finds flapping in this run's recent verdicts
 /// (the status is left as judged; the flag tells a reader not to chase every flip). A ledger
 /// that cannot be read leaves the list empty.
 pub fn mark_flapping(verdict: &mut Verdict, ledger: &Ledger, cfg: &Config) {
-    let Ok(records) = ledger.records() else {
-        return;
-    };
-    let mine: Vec<&crate::ledger::Record> = records
-        .iter()
-        .filter(|r| {
-            r.kind == crate::ledger::Kind::Verdict && r.source == "critic" && r.run == cfg.run.name
-        })
-        .collect();
-    let recent = &mine[mine
-        .len()
-        .saturating_sub(4 * cfg.hygiene.flap_window.max(1))..];
-    verdict.flapping = crate::hygiene::flap::flapping_checks(recent, &cfg.hygiene)
+    let recent = recent_verdicts(ledger, &cfg.run.name, 4 * cfg.hygiene.flap_window.max(1));
+    let recent: Vec<&crate::ledger::Record> = recent.iter().collect();
+    verdict.flapping = crate::hygiene::flap::flapping_checks(&recent, &cfg.hygiene)
         .into_iter()
         .map(|s| s.check)
         .collect();
@@ -284,5 +323,42 @@ mod tests {
         // Reported once: the read after it has nothing new between, and passes.
         let third = runner.tick(t0 + chrono::Duration::seconds(120)).unwrap();
         assert_eq!(third.verdict.status, Status::Pass, "{:#?}", third.verdict);
+    }
+
+    /// The newest verdicts of a run, read from the ledger's end: the same as from all of it,
+    /// however many records of other runs and kinds lie between.
+    #[test]
+    fn recent_verdicts_come_from_the_end_of_a_long_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::new(dir.path().join("l.jsonl"));
+        let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let pad = "x".repeat(2000);
+        for i in 0..600u64 {
+            let (source, run) = match i % 3 {
+                0 => ("critic", "a"),
+                1 => ("critic", "b"),
+                _ => ("watch", "a"),
+            };
+            let e = crate::ledger::Entry::new(crate::ledger::Kind::Verdict, source, run)
+                .step(Some(i))
+                .field("pad", &pad);
+            ledger.append(e, t0).unwrap();
+        }
+        let all: Vec<u64> = ledger
+            .records()
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.source == "critic" && r.run == "a")
+            .filter_map(|r| r.step)
+            .collect();
+        for want in [1, 7, 150, 1000] {
+            let got: Vec<u64> = recent_verdicts(&ledger, "a", want)
+                .into_iter()
+                .filter_map(|r| r.step)
+                .collect();
+            assert_eq!(got, all[all.len().saturating_sub(want)..], "want {want}");
+        }
+        assert_eq!(last_judged_step(&ledger, "a"), Some(597));
+        assert_eq!(last_judged_step(&ledger, "none"), None);
     }
 }

@@ -108,7 +108,7 @@ pub struct RegressArgs {
 
 pub fn parse_format(s: &str) -> Result<config::LogFormat, String> {
     serde_json::from_value(serde_json::Value::String(s.to_string()))
-        .map_err(|_| format!("unknown format {s:?}; expected jsonl, csv, text or hf-trainer-state"))
+        .map_err(|_| format!("unknown format {s:?}; expected jsonl, csv, text, hf-trainer-state, tensorboard or mlflow"))
 }
 
 /// Judging actions map errors to unknown (3); cleaning is an action (1 = not done).

@@ -38,6 +38,10 @@ pub enum LogFormat {
     Text,
     /// Hugging Face Trainer's trainer_state.json (read as a snapshot).
     HfTrainerState,
+    /// TensorBoard event files (`events.out.tfevents.*`): one file or a writer's directory.
+    Tensorboard,
+    /// A run directory of MLflow's file store (`mlruns/<experiment>/<run>/`).
+    Mlflow,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

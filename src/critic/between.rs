@@ -32,7 +32,7 @@ pub struct Event {
 }
 
 /// The kinds the checks judge per sample.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Kind {
     LossNonfinite,
     LossZero,
@@ -73,7 +73,7 @@ impl Missed {
 /// Events kept, newest last; older ones are dropped (a verdict reads only the recent ones).
 const KEPT: usize = 4096;
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Recorder {
     rules: Rules,
     events: VecDeque<(Kind, Event)>,

@@ -5,6 +5,7 @@
 
 pub mod between;
 pub mod checks;
+pub mod first_look;
 #[cfg(test)]
 pub(crate) mod fixture;
 pub mod loss;
@@ -16,6 +17,7 @@ pub mod slope;
 pub mod spike;
 pub mod stale;
 pub mod stats;
+pub mod summary;
 pub mod verdict;
 
 pub use observe::{observe, History};

@@ -12,10 +12,11 @@ use crate::gpu::GpuReader;
 use crate::metrics::{Record, EVAL_LOSS, GRAD_NORM, LOSS, LR_GROUPS, METRICS, SLOTS};
 use std::collections::VecDeque;
 
-const EVALS_KEPT: usize = 64;
+pub(crate) const EVALS_KEPT: usize = 64;
 const TRAIN_PER_EVAL: usize = 64;
 
-#[derive(Debug, Clone, Default)]
+/// Serialisable so the summary cache (`summary.rs`) can carry it from one `--once` to the next.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct History {
     samples: VecDeque<Record>,
     cap: usize,
@@ -71,6 +72,35 @@ impl History {
         if let Some(s) = self.last_step {
             self.new_from = Some(s + 1);
         }
+    }
+
+    /// The state without the counts of what was read, as bytes: two reads that end the same
+    /// and build the same bytes built the same history.
+    pub fn state_bytes(&self) -> Vec<u8> {
+        let mut h = self.clone();
+        h.samples_total = 0;
+        h.garbage_total = 0;
+        let mut out = Vec::new();
+        ciborium::into_writer(&h, &mut out).expect("a history serialises");
+        out
+    }
+
+    /// Whether the samples kept fill their capacity (then older samples cannot be in them).
+    pub fn window_full(&self) -> bool {
+        self.samples.len() >= self.cap
+    }
+
+    pub fn evals_len(&self) -> usize {
+        self.evals.len()
+    }
+
+    pub fn has_total_steps(&self) -> bool {
+        self.total_steps.is_some()
+    }
+
+    /// As before any verdict (a history carried over by the summary cache).
+    pub fn forget_judged(&mut self) {
+        self.new_from = None;
     }
 
     /// The last verdict (read from the ledger) judged up to `step`. Ignored when the

@@ -46,7 +46,7 @@ pub struct Onsets {
 }
 
 /// What the trackers need of a declared phase.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseRule {
     pub from: u64,
     pub to: Option<u64>,
@@ -64,7 +64,7 @@ impl PhaseRule {
 
 /// The phases in config order (the first match wins, as in `Config::phase_for`) and the
 /// `[critic]` settings the trackers use.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Rules {
     pub phases: Vec<PhaseRule>,
     pub min_samples: usize,
@@ -85,7 +85,7 @@ pub fn near(factor: f64) -> f64 {
     1.0 + (factor - 1.0) / 2.0
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Tracker {
     rules: Rules,
     /// The newest finite losses (step, loss), for the median before a spike.

@@ -137,6 +137,8 @@ pub fn format_name(f: LogFormat) -> &'static str {
         LogFormat::Csv => "csv",
         LogFormat::Text => "text",
         LogFormat::HfTrainerState => "hf-trainer-state",
+        LogFormat::Tensorboard => "tensorboard",
+        LogFormat::Mlflow => "mlflow",
     }
 }
 

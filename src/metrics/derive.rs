@@ -7,7 +7,7 @@ use super::{Record, TOKENS_SLOT, TPS_SLOT};
 use crate::config::{Clock, MetricsConfig};
 
 /// Carries what the next record needs from the ones before it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Derive {
     clock: Clock,
     /// Wall-clock second at which the current launch's elapsed clock read 0.
@@ -19,6 +19,9 @@ pub struct Derive {
     per_step: Option<f64>,
     /// (step, own time) of the previous record that carried a time of its own.
     prev_clock: Option<(u64, f64)>,
+    /// Some time came from the log's mtime (a line without one, an elapsed clock's anchor):
+    /// records read earlier would be timed differently by a read now.
+    pub used_mtime: bool,
 }
 
 impl Derive {
@@ -35,6 +38,7 @@ impl Derive {
         *self = Derive {
             clock: self.clock,
             per_step: self.per_step,
+            used_mtime: self.used_mtime,
             ..Default::default()
         };
     }
@@ -63,6 +67,7 @@ impl Derive {
                         .last()
                         .unwrap_or(e);
                     self.anchor = mtime.map(|m| m - newest);
+                    self.used_mtime = true;
                 }
                 self.last_elapsed = Some(e);
                 recs[i].time = self.anchor.map(|a| a + e);
@@ -77,7 +82,10 @@ impl Derive {
                 }
                 self.prev_clock = Some((r.step, t));
             }
-            r.time = r.time.or(mtime);
+            if r.time.is_none() {
+                r.time = mtime;
+                self.used_mtime = true;
+            }
             let (Some(count), Some(t)) = (r.values[TOKENS_SLOT], r.time) else {
                 continue;
             };

@@ -9,9 +9,13 @@ pub mod hf_state;
 pub mod jsonl;
 pub mod lines;
 pub mod locate;
+pub mod mlflow;
 pub mod num;
 pub mod tail;
+pub mod tb_event;
+pub mod tensorboard;
 pub mod text;
+pub mod tfrecord;
 
 use crate::config::{LogFormat, MetricsConfig};
 use anyhow::{Context, Result};
@@ -79,7 +83,7 @@ impl Sample {
 
 /// A sample as the readers produce it: fixed slots instead of a map, so reading a large log
 /// allocates nothing per line. [`Sample`] is its public, map-shaped form.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Record {
     pub step: u64,
     pub time: Option<f64>,
@@ -202,14 +206,41 @@ pub trait LineParser: Send {
     fn fork(&self) -> Option<Box<dyn LineParser>>;
 }
 
-/// The parser for a line-based format (`None` for whole-document formats).
+/// The parser for a line-based format (`None` for the others).
 pub fn line_parser(format: LogFormat, m: &MetricsConfig) -> Result<Option<Box<dyn LineParser>>> {
     Ok(match format {
         LogFormat::Jsonl => Some(Box::new(jsonl::JsonlParser::new(m))),
         LogFormat::Csv => Some(Box::new(csv::CsvParser::new(m))),
         LogFormat::Text => Some(Box::new(text::TextParser::new(m)?)),
-        LogFormat::HfTrainerState => None,
+        LogFormat::HfTrainerState | LogFormat::Tensorboard | LogFormat::Mlflow => None,
     })
+}
+
+/// A log of several files or binary records, read incrementally by its own reader.
+pub enum Source {
+    Events(Box<tensorboard::EventLog>),
+    Mlflow(mlflow::MlflowRun),
+}
+
+impl Source {
+    /// The reader for `format` at `path` (`None` for line-based and snapshot formats).
+    pub fn new(format: LogFormat, path: &Path, m: &MetricsConfig) -> Option<Source> {
+        match format {
+            LogFormat::Tensorboard => Some(Source::Events(Box::new(tensorboard::EventLog::new(
+                path, m,
+            )))),
+            LogFormat::Mlflow => Some(Source::Mlflow(mlflow::MlflowRun::new(path, m))),
+            LogFormat::Jsonl | LogFormat::Csv | LogFormat::Text | LogFormat::HfTrainerState => None,
+        }
+    }
+
+    /// Read what is new into `poll` (records, garbage, bytes, restarts, missing).
+    pub fn poll(&mut self, poll: &mut tail::Poll) -> Result<()> {
+        match self {
+            Source::Events(e) => e.poll(poll),
+            Source::Mlflow(m) => m.poll(poll),
+        }
+    }
 }
 
 /// Read a whole log (a `[run] log` pattern reads its newest match). Samples without a time
@@ -221,7 +252,17 @@ pub fn read_all(path: &Path, format: LogFormat, metrics: &MetricsConfig) -> Resu
         None => anyhow::bail!("no log matches {} (yet)", path.display()),
     };
     let mut batch = match line_parser(format, metrics)? {
-        None => hf_state::read(path, metrics)?,
+        None => match Source::new(format, path, metrics) {
+            Some(mut source) => {
+                let mut poll = tail::Poll::default();
+                source.poll(&mut poll)?;
+                if poll.missing {
+                    anyhow::bail!("no log at {} (yet)", path.display());
+                }
+                poll.batch
+            }
+            None => hf_state::read(path, metrics)?,
+        },
         Some(mut parser) => {
             let file = std::fs::File::open(path)
                 .with_context(|| format!("opening log {}", path.display()))?;

@@ -2,7 +2,8 @@
 //! appended since the last poll. It survives the log being rotated (renamed away and
 //! recreated: the old file is drained first), truncated (copytruncate, a trainer reopening
 //! with "w") or replaced in place (the first bytes changed). Snapshot formats
-//! (trainer_state.json) are re-read whole when their size, mtime or inode changes.
+//! (trainer_state.json) are re-read whole when their size, mtime or inode changes. Event
+//! files and MLflow runs are read by their own incremental [`super::Source`].
 
 use super::lines::{feed, one_line, CHUNK};
 use super::{Batch, LineParser, Record};
@@ -14,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 const HEAD: usize = 64;
 
+mod resume;
+pub use resume::{line_start, Resume};
 /// What one poll found.
 #[derive(Debug, Default)]
 pub struct Poll {
@@ -50,25 +53,34 @@ pub struct Tail {
     derive: super::derive::Derive,
     metrics: MetricsConfig,
     parser: Option<Box<dyn LineParser>>,
+    /// Formats with their own reader (TensorBoard, MLflow).
+    source: Option<super::Source>,
+    format: LogFormat,
     open: Option<Open>,
     /// Snapshot formats: (size, mtime ns, inode) of the last read.
     seen: Option<(u64, i128, u64)>,
+    /// See [`Resume::lines_from`].
+    lines_from: Option<u64>,
 }
 
 impl Tail {
     pub fn new(path: &Path, format: LogFormat, metrics: &MetricsConfig) -> Result<Tail> {
         let pattern = super::locate::is_pattern(path).then(|| path.to_path_buf());
+        let path = pattern
+            .as_deref()
+            .and_then(super::locate::resolve)
+            .unwrap_or_else(|| path.to_path_buf());
         Ok(Tail {
-            path: pattern
-                .as_deref()
-                .and_then(super::locate::resolve)
-                .unwrap_or_else(|| path.to_path_buf()),
+            source: super::Source::new(format, &path, metrics),
+            format,
+            path,
             pattern,
             derive: super::derive::Derive::new(metrics),
             metrics: metrics.clone(),
             parser: super::line_parser(format, metrics)?,
             open: None,
             seen: None,
+            lines_from: None,
         })
     }
 
@@ -112,10 +124,23 @@ impl Tail {
                         })?;
                         self.derive = derive;
                     }
-                    if self.open.is_some() || self.seen.is_some() {
+                    let had_source = match self.source.as_mut() {
+                        Some(src) => {
+                            let mut old = Poll::default();
+                            src.poll(&mut old)?;
+                            let mtime = super::mtime_secs(&self.path);
+                            self.derive.apply(&mut old.batch.records, mtime);
+                            poll.records += old.batch.records.len();
+                            sink(&mut old.batch.records);
+                            !old.missing
+                        }
+                        None => false,
+                    };
+                    if self.open.is_some() || self.seen.is_some() || had_source {
                         poll.restarted =
                             Some(format!("followed by a newer log {}", newer.display()));
                     }
+                    self.source = super::Source::new(self.format, &newer, &self.metrics);
                     self.path = newer;
                     self.open = None;
                     self.seen = None;
@@ -141,7 +166,7 @@ impl Tail {
             Some(t.as_secs_f64())
         });
         let mut derive = std::mem::take(&mut self.derive);
-        if self.parser.is_none() {
+        if self.is_snapshot() {
             derive.reset(); // a snapshot is the whole document again, from its first entry
         }
         let mut flush = |recs: &mut Vec<Record>, count: &mut usize| {
@@ -150,7 +175,9 @@ impl Tail {
             sink(recs);
             recs.clear();
         };
-        let read = if self.parser.is_none() {
+        let read = if let Some(src) = self.source.as_mut() {
+            src.poll(&mut poll)
+        } else if self.parser.is_none() {
             self.poll_snapshot(meta.as_ref(), &mut poll)
         } else {
             self.poll_lines(
@@ -170,7 +197,7 @@ impl Tail {
 
     /// Whether the log is read as a whole document each time (trainer_state.json).
     pub fn is_snapshot(&self) -> bool {
-        self.parser.is_none()
+        self.parser.is_none() && self.source.is_none()
     }
 
     fn poll_snapshot(&mut self, meta: Option<&std::fs::Metadata>, poll: &mut Poll) -> Result<()> {
@@ -224,6 +251,7 @@ impl Tail {
             return Ok(());
         };
         if self.open.is_none() {
+            self.lines_from = None;
             let file = File::open(&self.path)
                 .with_context(|| format!("opening log {}", self.path.display()))?;
             self.open = Some(Open {
@@ -247,13 +275,16 @@ impl Tail {
             });
             open.offset = 0;
             open.line_no = 0;
+            self.lines_from = None;
             open.partial.clear();
             open.head.clear();
             if let Some(p) = self.parser.as_mut() {
                 p.reset();
             }
         }
-        self.drain(poll, false, flush)
+        let first_new = poll.batch.garbage.len();
+        self.drain(poll, false, flush)?;
+        self.number_lines(&mut poll.batch, first_new)
     }
 
     /// Read from the offset to the end of the open file. `finished`: the file will not grow

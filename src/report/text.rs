@@ -4,7 +4,7 @@
 //! escaped, never written raw (a run name must not be able to drive a terminal).
 
 use super::headline::human_duration;
-use super::{Night, State};
+use super::Night;
 use std::fmt::Write;
 
 pub const MAX_LINES: usize = 20;

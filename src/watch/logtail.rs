@@ -2,11 +2,17 @@
 //! the critic's incremental [`Tail`] — the same formats, key mapping, rotation, truncation and
 //! replacement handling, and only the bytes appended since the last tick. It also keeps the
 //! newest step the current launch logged itself, so verdicts about the data of an earlier
-//! launch are told apart (verdicts.rs).
+//! launch are told apart (verdicts.rs). A big log is first looked at from its end: the last
+//! step and the gap before it are in its newest lines.
 
 use crate::config::Config;
 use crate::metrics::tail::Tail;
 use crate::sentinel::LogObs;
+
+/// A log bigger than this is first read from near its end ...
+const FIRST_LOOK_MIN: u64 = 4 << 20;
+/// ... this many bytes before it, when they hold a sample.
+const FIRST_LOOK_BYTES: u64 = 256 << 10;
 
 pub struct LogTail {
     tail: Option<Tail>,
@@ -21,7 +27,10 @@ pub struct LogTail {
 impl LogTail {
     pub fn new(cfg: &Config) -> anyhow::Result<LogTail> {
         let tail = match &cfg.run.log {
-            Some(path) => Some(Tail::new(path, cfg.run.format, &cfg.metrics)?),
+            Some(path) => Some(match near_end(cfg, path) {
+                Some(near) => near,
+                None => Tail::new(path, cfg.run.format, &cfg.metrics)?,
+            }),
             None => None,
         };
         Ok(LogTail {
@@ -92,6 +101,24 @@ impl LogTail {
             last_step: self.last_step,
         })
     }
+}
+
+/// A tail starting near the end of a big line-based log whose last stretch holds a sample.
+fn near_end(cfg: &Config, path: &std::path::Path) -> Option<Tail> {
+    let big = std::fs::metadata(path).is_ok_and(|m| m.len() > FIRST_LOOK_MIN);
+    if !big
+        || crate::metrics::line_parser(cfg.run.format, &cfg.metrics)
+            .ok()?
+            .is_none()
+    {
+        return None;
+    }
+    let open = || Tail::near_end(path, cfg.run.format, &cfg.metrics, FIRST_LOOK_BYTES).ok();
+    let probe = open()?.poll().ok()?;
+    if probe.batch.records.is_empty() {
+        return None; // only noise there (progress bars): read it all
+    }
+    open()
 }
 
 #[cfg(test)]
@@ -180,5 +207,27 @@ mod tests {
         );
         append(&log, "iter 41: loss 2.0\nsome noise\n");
         assert_eq!(t.poll().unwrap().last_step, Some(41));
+    }
+
+    #[test]
+    fn a_big_log_is_first_read_from_near_its_end() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("log");
+        let mut text = String::new();
+        for i in 0..200_000u64 {
+            text.push_str(&format!("{{\"step\": {}, \"loss\": 2.0}}\n", 10 * i));
+        }
+        std::fs::write(&log, &text).unwrap();
+        let (mut t, _) = tail(d.path(), "");
+        let o = t.poll().unwrap();
+        assert_eq!(o.last_step, Some(1_999_990));
+        assert_eq!(t.launch_cadence(), Some(10));
+        let state = t.tail.as_ref().unwrap().resume_state().unwrap();
+        assert_eq!(state.offset, text.len() as u64);
+        let from = state.lines_from.expect("started near the end");
+        assert!(text.len() as u64 - from <= 300 << 10, "read from {from}");
+        // Only the stretch was read: a second poll after an append reads just that.
+        append(&log, "{\"step\": 2000000}\n");
+        assert_eq!(t.poll().unwrap().last_step, Some(2_000_000));
     }
 }

@@ -1,0 +1,479 @@
+//! `format = "tensorboard"`: [`EventLog`] reads TensorBoard event files incrementally. `[run]
+//! log` names one `events.out.tfevents.*` file or the directory a writer logs to; in a
+//! directory every event file is read in the order it was started (the time in its name), so
+//! a run restarted into a new file is followed, and the newest file is then tailed. Scalars
+//! of one step (one event per tag) become one [`Record`]: its step is the event's `step`, its
+//! time the newest `wall_time`, its values the tags `[metrics]` maps (`train/loss`, ...).
+
+use super::fields::{Fields, Keys, Target};
+use super::tail::Poll;
+use super::tb_event;
+use super::tfrecord::{self, Item};
+use super::{Batch, Garbage, Parsed, Record};
+use crate::config::MetricsConfig;
+use anyhow::{Context, Result};
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// Event files start with this; the writers add the start time, host, pid and a suffix.
+pub const PREFIX: &str = "events.out.tfevents.";
+/// Read size for a large file.
+const CHUNK: usize = 8 << 20;
+/// Bytes at the start of a file remembered to notice it rewritten in place.
+const HEAD: usize = 64;
+
+/// The event files of a directory, oldest first (start time in the name, then the name).
+pub fn event_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<(u64, String, PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let rest = name.strip_prefix(PREFIX)?;
+            let started = rest
+                .split('.')
+                .next()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0);
+            Some((started, name, e.path()))
+        })
+        .collect();
+    files.sort();
+    files.into_iter().map(|(_, _, p)| p).collect()
+}
+
+struct OpenFile {
+    path: PathBuf,
+    file: File,
+    id: (u64, u64),
+    offset: u64,
+    /// Records passed so far (good or damaged), for numbering what is reported.
+    records: u64,
+    head: Vec<u8>,
+}
+
+/// One step's scalars, collected until an event of another step arrives.
+#[derive(Default)]
+struct Group {
+    step: Option<u64>,
+    time: Option<f64>,
+    fields: Fields,
+}
+
+pub struct EventLog {
+    root: PathBuf,
+    keys: Keys,
+    step_key: String,
+    open: Option<OpenFile>,
+    group: Group,
+}
+
+impl EventLog {
+    pub fn new(root: &Path, metrics: &MetricsConfig) -> EventLog {
+        EventLog {
+            root: root.to_path_buf(),
+            keys: Keys::new(metrics),
+            step_key: "step".into(),
+            open: None,
+            group: Group::default(),
+        }
+    }
+
+    fn files(&self) -> Vec<PathBuf> {
+        if self.root.is_dir() {
+            event_files(&self.root)
+        } else if self.root.exists() {
+            vec![self.root.clone()]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Read what is new into `poll`. The newest step's scalars are handed on at the end of
+    /// each read (a scalar of that step written later comes as another sample of it).
+    pub fn poll(&mut self, poll: &mut Poll) -> Result<()> {
+        let files = self.files();
+        if let Some(open) = &self.open {
+            let meta = std::fs::metadata(&open.path).ok();
+            let id = meta.as_ref().map(|m| (m.dev(), m.ino()));
+            if id != Some(open.id) {
+                // Replaced (or removed): finish what the old handle holds, then start over.
+                self.drain(poll)?;
+                let path = open_path(&self.open);
+                self.open = None;
+                if id.is_some() {
+                    poll.restarted = Some(format!("replaced ({})", path.display()));
+                    self.start(&path)?;
+                }
+            } else if let Some(meta) = meta {
+                let open = self.open.as_mut().expect("checked");
+                let mut head = vec![0u8; open.head.len()];
+                let changed = open.file.read_exact_at(&mut head, 0).is_err() || head != open.head;
+                if meta.len() < open.offset || changed {
+                    poll.restarted = Some(if meta.len() < open.offset {
+                        format!("truncated ({})", open.path.display())
+                    } else {
+                        format!("replaced ({})", open.path.display())
+                    });
+                    let path = open.path.clone();
+                    self.flush(&mut poll.batch);
+                    self.open = None;
+                    self.start(&path)?;
+                }
+            }
+            if self.open.is_some() {
+                self.drain(poll)?;
+            }
+        }
+        // Files started after the current one (all of them on the first read), in order.
+        let current = self.open.as_ref().map(|o| o.path.clone());
+        let newer: Vec<PathBuf> = match &current {
+            Some(cur) => match files.iter().position(|f| f == cur) {
+                Some(i) => files[i + 1..].to_vec(),
+                None => Vec::new(),
+            },
+            None => files,
+        };
+        for path in newer {
+            if current.is_some() {
+                poll.restarted = Some(format!("followed by a newer event file {}", path.display()));
+            }
+            self.flush(&mut poll.batch);
+            self.start(&path)?;
+            self.drain(poll)?;
+        }
+        poll.missing = self.open.is_none();
+        self.flush(&mut poll.batch);
+        Ok(())
+    }
+
+    fn start(&mut self, path: &Path) -> Result<()> {
+        let file =
+            File::open(path).with_context(|| format!("opening event file {}", path.display()))?;
+        let meta = file
+            .metadata()
+            .with_context(|| format!("stat event file {}", path.display()))?;
+        self.open = Some(OpenFile {
+            path: path.to_path_buf(),
+            file,
+            id: (meta.dev(), meta.ino()),
+            offset: 0,
+            records: 0,
+            head: Vec::new(),
+        });
+        self.group = Group::default();
+        Ok(())
+    }
+
+    /// Read the open file from its offset to its end; a torn last record stays for later.
+    fn drain(&mut self, poll: &mut Poll) -> Result<()> {
+        let Some(open) = self.open.as_mut() else {
+            return Ok(());
+        };
+        let pending = open
+            .file
+            .metadata()
+            .map_or(0, |m| m.len().saturating_sub(open.offset)) as usize;
+        let mut buf = vec![0u8; pending.clamp(64 << 10, CHUNK)];
+        loop {
+            let n = read_full(&open.file, &mut buf, open.offset)
+                .with_context(|| format!("reading event file {}", open.path.display()))?;
+            if n == 0 {
+                break;
+            }
+            poll.bytes_read += n as u64;
+            poll.batch.bytes += n as u64;
+            if open.head.len() < HEAD && open.offset == 0 {
+                open.head.extend_from_slice(&buf[..n.min(HEAD)]);
+            }
+            let (items, used) = tfrecord::scan(&buf[..n]);
+            for item in items {
+                open.records += 1;
+                let (at, why) = match item {
+                    Item::Record(at, payload) => match tb_event::decode(payload) {
+                        Ok(event) => {
+                            add_event(
+                                &mut self.group,
+                                &self.keys,
+                                &self.step_key,
+                                &event,
+                                &open.path,
+                                &mut poll.batch,
+                            );
+                            continue;
+                        }
+                        Err(e) => (at, format!("not an Event protobuf ({e}); skipped")),
+                    },
+                    Item::Damaged {
+                        offset,
+                        skipped,
+                        why,
+                    } => (offset, format!("{why}; {skipped} bytes skipped")),
+                };
+                poll.batch.push_garbage(Garbage {
+                    file: open.path.clone(),
+                    line: open.records,
+                    why: format!(
+                        "record {} at byte offset {}: {why}, the rest is read",
+                        open.records,
+                        open.offset + at
+                    ),
+                });
+            }
+            open.offset += used as u64;
+            if n < buf.len() {
+                break; // the end: what is left is a torn record, retried on the next read
+            }
+            if used == 0 {
+                let grown = buf.len() * 2; // a record larger than the buffer
+                buf.resize(grown, 0);
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, batch: &mut Batch) {
+        flush_group(&mut self.group, &self.keys, &self.step_key, batch);
+    }
+}
+
+fn open_path(open: &Option<OpenFile>) -> PathBuf {
+    open.as_ref().map(|o| o.path.clone()).unwrap_or_default()
+}
+
+/// `read_at` until `buf` is full or the file ends.
+fn read_full(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
+}
+
+fn add_event(
+    group: &mut Group,
+    keys: &Keys,
+    step_key: &str,
+    event: &tb_event::Event,
+    path: &Path,
+    out: &mut Batch,
+) {
+    let mut mapped = tb_event::scalars(event).filter_map(|(tag, v)| {
+        keys.lookup(tag.as_bytes())
+            .find(|t| matches!(t, Target::Metric(_) | Target::StepTime))
+            .map(|t| (t, v))
+    });
+    let Some(first) = mapped.next() else {
+        return; // no scalar roger reads: does not end the step
+    };
+    let Ok(step) = u64::try_from(event.step) else {
+        out.push_garbage(Garbage {
+            file: path.to_path_buf(),
+            line: 0,
+            why: format!("an event with a negative step {}: skipped", event.step),
+        });
+        return;
+    };
+    if group.step != Some(step) {
+        flush_group(group, keys, step_key, out);
+        group.step = Some(step);
+    }
+    if event.wall_time > 0.0 && event.wall_time.is_finite() {
+        group.time = Some(
+            group
+                .time
+                .map_or(event.wall_time, |t| t.max(event.wall_time)),
+        );
+    }
+    for (target, v) in std::iter::once(first).chain(mapped) {
+        group.fields.set(target, v);
+    }
+}
+
+fn flush_group(group: &mut Group, keys: &Keys, step_key: &str, out: &mut Batch) {
+    let Some(step) = group.step else {
+        return;
+    };
+    let mut fields = std::mem::take(&mut group.fields);
+    fields.step = Some(step as f64);
+    fields.time = group.time;
+    if let Parsed::Sample(r) | Parsed::Partial(r, _) = fields.finish(keys, step_key) {
+        out.records.push(Record {
+            time: group.time,
+            ..r
+        });
+    }
+    *group = Group::default();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LogFormat;
+    use crate::metrics::tail::Tail;
+
+    /// Event files written by tensorboardX and tensorboard (tests/fixtures/tensorboard/
+    /// write_events.py): steps 0..40, wall time 1.7e9 + step.
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/tensorboard")
+            .join(name)
+    }
+
+    pub(crate) fn metrics() -> MetricsConfig {
+        MetricsConfig {
+            loss: "train/loss".into(),
+            lr: "lr-AdamW".into(),
+            grad_norm: "train/grad_norm".into(),
+            ..Default::default()
+        }
+    }
+
+    fn loss_at(step: u64) -> f64 {
+        4.0 / (1.0 + 0.01 * step as f64) + 0.5
+    }
+
+    fn read(path: &Path) -> Poll {
+        Tail::new(path, LogFormat::Tensorboard, &metrics())
+            .unwrap()
+            .poll()
+            .unwrap()
+    }
+
+    #[test]
+    fn simple_values_and_tensor_scalars_of_every_dtype() {
+        for (name, tolerance) in [
+            ("simple", 1e-7),
+            ("tensor_float", 1e-7),
+            ("tensor_content", 1e-7),
+            ("tensor_double", 0.0),
+            ("tensor_half", 1e-3),
+        ] {
+            let poll = read(&fixture(name));
+            let recs = &poll.batch.records;
+            assert_eq!(
+                poll.batch.garbage_total, 0,
+                "{name}: {:?}",
+                poll.batch.garbage
+            );
+            assert_eq!(
+                recs.iter().map(|r| r.step).collect::<Vec<_>>(),
+                (0..40).collect::<Vec<_>>(),
+                "{name}"
+            );
+            for r in recs {
+                let want = loss_at(r.step);
+                let got = r.get("loss").unwrap();
+                assert!(
+                    (got - want).abs() <= tolerance * want,
+                    "{name} step {}: {got} vs {want}",
+                    r.step
+                );
+                assert!((r.get("lr").unwrap() - 3e-4).abs() < 1e-6, "{name}");
+                assert_eq!(r.time, Some(1_700_000_000.0 + r.step as f64), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_restarted_run_is_read_file_after_file() {
+        let poll = read(&fixture("restart"));
+        let steps: Vec<u64> = poll.batch.records.iter().map(|r| r.step).collect();
+        let want: Vec<u64> = (0..30).chain(20..40).collect();
+        assert_eq!(steps, want);
+        // One file named: only that one.
+        let first = event_files(&fixture("restart")).remove(0);
+        assert_eq!(read(&first).batch.records.len(), 30);
+    }
+
+    fn copy_simple(dir: &Path) -> PathBuf {
+        let src = event_files(&fixture("simple")).remove(0);
+        let dst = dir.join(src.file_name().unwrap());
+        std::fs::copy(&src, &dst).unwrap();
+        dst
+    }
+
+    #[test]
+    fn a_torn_last_record_is_retried_not_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let file = copy_simple(d.path());
+        let whole = std::fs::read(&file).unwrap();
+        // Cut inside the record of step 39's grad norm (the last scalar written).
+        let (items, _) = tfrecord::scan(&whole);
+        let last_grad = items
+            .iter()
+            .rev()
+            .find_map(|i| match i {
+                Item::Record(at, p) => {
+                    let e = tb_event::decode(p).unwrap();
+                    let grad = tb_event::scalars(&e).any(|(t, _)| t == "train/grad_norm");
+                    grad.then_some(*at as usize)
+                }
+                Item::Damaged { .. } => None,
+            })
+            .unwrap();
+        let cut = last_grad + tfrecord::HEADER + 5;
+        std::fs::write(&file, &whole[..cut]).unwrap();
+        let mut tail = Tail::new(d.path(), LogFormat::Tensorboard, &metrics()).unwrap();
+        let first = tail.poll().unwrap();
+        assert_eq!(first.batch.garbage_total, 0, "{:?}", first.batch.garbage);
+        let last = first.batch.records.last().unwrap();
+        assert_eq!(last.step, 39, "step 39's first scalars were whole");
+        assert_eq!(last.get("grad_norm"), None);
+        let again = tail.poll().unwrap();
+        assert_eq!(
+            (again.batch.records.len(), again.batch.garbage_total),
+            (0, 0)
+        );
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        std::io::Write::write_all(&mut f, &whole[cut..]).unwrap();
+        let second = tail.poll().unwrap();
+        assert_eq!(second.batch.garbage_total, 0);
+        let r = second.batch.records;
+        assert_eq!((r.len(), r[0].step), (1, 39));
+        assert_eq!(r[0].get("grad_norm"), Some(0.800000011920929));
+    }
+
+    #[test]
+    fn a_bad_crc_in_the_middle_is_reported_with_file_and_offset_and_the_rest_read() {
+        let d = tempfile::tempdir().unwrap();
+        let file = copy_simple(d.path());
+        let mut bytes = std::fs::read(&file).unwrap();
+        // The record that starts nearest the middle.
+        let (items, _) = tfrecord::scan(&bytes);
+        let at = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Record(at, _) => Some(*at as usize),
+                Item::Damaged { .. } => None,
+            })
+            .find(|&at| at >= bytes.len() / 2)
+            .unwrap();
+        bytes[at + tfrecord::HEADER + 2] ^= 0x55;
+        std::fs::write(&file, &bytes).unwrap();
+        let poll = read(d.path());
+        assert_eq!(poll.batch.garbage_total, 1);
+        let g = poll.batch.garbage[0].to_string();
+        assert!(g.starts_with(&file.display().to_string()), "{g}");
+        assert!(g.contains(&format!("at byte offset {at}:")), "{g}");
+        assert!(g.contains("CRC-32C"), "{g}");
+        let steps = poll
+            .batch
+            .records
+            .iter()
+            .map(|r| r.step)
+            .collect::<Vec<_>>();
+        assert_eq!(*steps.last().unwrap(), 39, "read on after it");
+        assert!(steps.len() >= 39, "{steps:?}");
+    }
+}

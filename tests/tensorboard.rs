@@ -1,0 +1,272 @@
+//! `format = "tensorboard"` and `format = "mlflow"` end to end: the real binary on event
+//! files and MLflow runs written by the real writers (committed fixtures, and pip
+//! `tensorboardX` / `mlflow-skinny` at test time, skipped with a reason when missing).
+
+use crate::critic::{check, json_out};
+use crate::util::{repo_root, Env};
+use serde_json::Value;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const NOW: &str = "2023-11-14T22:14:00Z"; // a minute after the fixtures' last step
+
+fn tb_config(log: &str) -> String {
+    tb_config_with(log, "grad_norm_max = 5.0\n")
+}
+
+fn tb_config_with(log: &str, extra: &str) -> String {
+    format!(
+        "[run]\nname = \"tb\"\nlog = \"{log}\"\nformat = \"tensorboard\"\n\
+         [metrics]\nloss = \"train/loss\"\nlr = \"lr-AdamW\"\ngrad_norm = \"train/grad_norm\"\n\
+         [[phase]]\nname = \"main\"\nfrom = 0\nwindow = 10\nloss = [0.5, 6.0]\nloss_spike = 2.0\n\
+         stale = \"10m\"\n{extra}"
+    )
+}
+
+fn copy_fixture(env: &Env, name: &str, to: &str) {
+    let dir = repo_root().join("tests/fixtures/tensorboard").join(name);
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        env.write(
+            &format!("{to}/{}", e.file_name().to_string_lossy()),
+            std::fs::read(e.path()).unwrap(),
+        );
+    }
+}
+
+/// Whether `python3 -c "import <module>"` works; prints why a test is skipped when not.
+pub(crate) fn python_has(module: &str, test: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .env("MLFLOW_ALLOW_FILE_STORE", "true")
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!(
+            "SKIPPED {test}: python3 cannot import {module} (pip install {module}; .ci/run does)"
+        );
+    }
+    ok
+}
+
+fn write_events(env: &Env, args: &[&str]) {
+    let script = repo_root().join("tests/fixtures/tensorboard/write_events.py");
+    let st = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .current_dir(env.dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success(), "write_events.py {args:?}");
+}
+
+/// The committed files of every kind the writers produce, judged by the real binary.
+#[test]
+fn committed_event_files_of_each_kind_pass() {
+    for name in [
+        "simple",
+        "tensor_float",
+        "tensor_double",
+        "tensor_half",
+        "tensor_content",
+        "restart",
+    ] {
+        let env = Env::new();
+        // The tensor fixtures log no grad norm.
+        let grad = ["simple", "restart"].contains(&name);
+        let extra = if grad { "grad_norm_max = 5.0\n" } else { "" };
+        env.write("roger.toml", tb_config_with("runs", extra));
+        copy_fixture(&env, name, "runs");
+        let run = env
+            .run(&["critic", "--once", "--json", "--now", NOW])
+            .expect(0);
+        let v = json_out(&run);
+        assert_eq!(v["step"], 39, "{name}: {v:#}");
+        assert_eq!(check(&v, "loss")["status"], "pass", "{name}");
+        assert_eq!(check(&v, "stale")["status"], "pass", "{name}: {v:#}");
+        if grad {
+            assert_eq!(check(&v, "grad_norm")["status"], "pass", "{name}: {v:#}");
+        }
+    }
+}
+
+#[test]
+fn a_corrupt_record_is_named_on_stderr_and_the_rest_judged() {
+    let env = Env::new();
+    env.write("roger.toml", tb_config("runs"));
+    copy_fixture(&env, "simple", "runs");
+    let file = std::fs::read_dir(env.path("runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&file).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&file, &bytes).unwrap();
+    let run = env
+        .run(&["critic", "--once", "--json", "--now", NOW])
+        .expect(0)
+        .stderr_has(&format!(
+            "roger: warning: skipped ./runs/{}:",
+            file.file_name().unwrap().to_string_lossy()
+        ))
+        .stderr_has("at byte offset ")
+        .stderr_has("fails its CRC-32C");
+    assert_eq!(json_out(&run)["step"], 39, "read on after the bad record");
+}
+
+/// tensorboardX writes a NaN from step 30: the critic fails and names the onset.
+#[test]
+fn tensorboardx_nan_loss_fails_with_its_onset() {
+    if !python_has("tensorboardX", "tensorboardx_nan_loss_fails_with_its_onset") {
+        return;
+    }
+    let env = Env::new();
+    env.write("roger.toml", tb_config("runs"));
+    write_events(&env, &["simple", "runs", "0", "40", "--nan-from", "30"]);
+    let run = env.run(&["critic", "--once", "--json"]).expect(2);
+    let v = json_out(&run);
+    let loss = check(&v, "loss");
+    assert_eq!(loss["status"], "fail", "{v:#}");
+    assert_eq!(loss["diverged_at"], 30, "{v:#}");
+}
+
+/// The daemon tails an event file tensorboardX is still writing: a pass on the first half,
+/// then the NaN of the second half.
+#[test]
+fn daemon_tails_an_event_file_being_written() {
+    if !python_has("tensorboardX", "daemon_tails_an_event_file_being_written") {
+        return;
+    }
+    let env = Env::new();
+    env.write("roger.toml", tb_config("runs"));
+    let script = repo_root().join("tests/fixtures/tensorboard/write_events.py");
+    let mut writer = Command::new("python3")
+        .arg(script)
+        .args(["live", "runs", "0", "20", "40", "30"])
+        .current_dir(env.dir.path())
+        .spawn()
+        .unwrap();
+    let mut daemon = env
+        .cmd(&["critic", "--daemon", "--interval", "200ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let verdicts = || -> Vec<roger::ledger::Record> {
+        crate::watch::records(&env)
+            .into_iter()
+            .filter(|r| r.kind == roger::ledger::Kind::Verdict)
+            .collect()
+    };
+    crate::watch::poll_until("a pass at step 19", Duration::from_secs(60), || {
+        verdicts()
+            .iter()
+            .any(|r| r.step == Some(19) && r.str_field("status") == Some("pass"))
+    });
+    env.write("go", "");
+    crate::watch::poll_until("the NaN fail", Duration::from_secs(60), || {
+        verdicts()
+            .iter()
+            .any(|r| r.str_field("status") == Some("fail"))
+    });
+    let fail = verdicts()
+        .into_iter()
+        .find(|r| r.str_field("status") == Some("fail"))
+        .unwrap();
+    let loss = fail
+        .get("checks")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "loss")
+        .cloned()
+        .unwrap();
+    assert_eq!(loss["diverged_at"], 30, "{loss:#}");
+    assert!(crate::watch::wait_child(&mut writer, Duration::from_secs(60)).success());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let st = crate::watch::wait_child(&mut daemon, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0));
+}
+
+/// A run restarted into a second file (a resume from step 20): judged on the new timeline.
+#[test]
+fn a_restart_into_a_second_file_is_followed() {
+    if !python_has("tensorboardX", "a_restart_into_a_second_file_is_followed") {
+        return;
+    }
+    let env = Env::new();
+    env.write("roger.toml", tb_config("runs"));
+    write_events(&env, &["simple", "runs", "0", "30", "--nan-from", "25"]);
+    let first = json_out(&env.run(&["critic", "--once", "--json"]).expect(2));
+    assert_eq!(first["step"], 29);
+    std::thread::sleep(Duration::from_millis(1100)); // a later start time in the new name
+    write_events(&env, &["simple", "runs", "20", "40"]);
+    let run = env.run(&["critic", "--once", "--json"]).expect(0);
+    let v = json_out(&run);
+    assert_eq!(v["step"], 39, "{v:#}");
+    assert_eq!(
+        check(&v, "loss")["status"],
+        "pass",
+        "the NaN was abandoned by the resume"
+    );
+}
+
+fn mlflow_config(log: &str, format: &str) -> String {
+    format!(
+        "[run]\nname = \"m\"\nlog = \"{log}\"\nformat = \"{format}\"\n\
+         [metrics]\nloss = \"train/loss\"\ntime = \"time\"\n\
+         [[phase]]\nname = \"main\"\nfrom = 0\nwindow = 10\nloss = [0.5, 6.0]\nloss_spike = 2.0\n\
+         stale = \"10m\"\n"
+    )
+}
+
+/// The same numbers logged by the real MLflow client and as JSONL: the same verdicts.
+#[test]
+fn an_mlflow_run_is_judged_like_the_jsonl_of_the_same_numbers() {
+    if !python_has(
+        "mlflow",
+        "an_mlflow_run_is_judged_like_the_jsonl_of_the_same_numbers",
+    ) {
+        return;
+    }
+    for (steps, nan_from, code) in [(40, -1, 0), (40, 30, 2)] {
+        let env = Env::new();
+        let out = Command::new("python3")
+            .arg(repo_root().join("tests/fixtures/mlflow/write_run.py"))
+            .args([
+                "mlruns",
+                "train.jsonl",
+                &steps.to_string(),
+                &nan_from.to_string(),
+            ])
+            .current_dir(env.dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run_dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        env.write("mlflow.toml", mlflow_config(&run_dir, "mlflow"));
+        env.write("jsonl.toml", mlflow_config("train.jsonl", "jsonl"));
+        let judge = |cfg: &str| -> Value {
+            let run = env
+                .run(&["--config", cfg, "critic", "--once", "--json", "--now", NOW])
+                .expect(code);
+            json_out(&run)
+        };
+        let (m, j) = (judge("mlflow.toml"), judge("jsonl.toml"));
+        assert_eq!(m["step"], steps - 1);
+        assert_eq!(m["status"], j["status"]);
+        assert_eq!(m["checks"], j["checks"], "mlflow {m:#}\njsonl {j:#}");
+    }
+}
