@@ -138,6 +138,7 @@ fn main() {
             quarantine_dir: root.join(format!("roger-{rep}/.roger/quarantine")),
             rollback_margin: 0,
             config: None,
+            queue: None,
         };
         drop_caches();
         let c0 = cpu(libc::RUSAGE_SELF);

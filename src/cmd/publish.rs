@@ -34,6 +34,7 @@ Test-only environment knobs (for crash-safety tests, never set in production):
                               after_rename, before_ledger, after_ledger, before_manifest,
                               after_manifest, after_prune_record
   ROGER_FAULT_TRUNCATE_AFTER_FSYNC=BYTES   truncate the staging copy after its fsync
+  ROGER_FAULT_TRUNCATE_ONLY=NAME           ... only the staging file named NAME (one shard)
   ROGER_FAKE_FREE_BYTES=BYTES the free space the destination reports";
 
 #[derive(Debug, Args)]
@@ -41,7 +42,7 @@ Test-only environment knobs (for crash-safety tests, never set in production):
 pub struct PublishArgs {
     /// Checkpoint file or directory (HF `checkpoint-N/`, torch DCP) to publish. With
     /// --verify: the published checkpoint to check (default: what latest.json points to).
-    #[arg(value_name = "PATH", required_unless_present = "verify")]
+    #[arg(value_name = "PATH", required_unless_present_any = ["verify", "wait", "drain"])]
     pub src: Option<PathBuf>,
     /// Destination directory (default: the config's [run] checkpoint_dir; required without a
     /// config).
@@ -64,9 +65,31 @@ pub struct PublishArgs {
     /// Prune nothing this time.
     #[arg(long, conflicts_with_all = ["keep_last", "keep_every"])]
     pub no_prune: bool,
+    /// Queue the publish and return at once (a `publish_queued` record; the source must stay
+    /// untouched until published, unless a reflink snapshot was taken): a background publisher
+    /// copies, verifies and publishes in queue order. Default: [publish] detach.
+    #[arg(long, conflicts_with_all = ["verify", "wait"])]
+    pub detach: bool,
+    /// Publish now, in the foreground, even with [publish] detach = true.
+    #[arg(long, conflicts_with_all = ["detach", "verify", "wait"])]
+    pub no_detach: bool,
+    /// Wait until every publish queued in DIR has been published or rejected (for the end of
+    /// a job script); exit 1 if one was rejected or --timeout passed.
+    #[arg(long, conflicts_with_all = ["verify", "step", "keep_last", "keep_every", "no_prune"])]
+    pub wait: bool,
+    /// With --wait: give up after this long (e.g. 30m; default: no limit).
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = parse_timeout)]
+    pub timeout: Option<std::time::Duration>,
+    /// Internal: the background publisher of --to DIR (started by --detach).
+    #[arg(long, hide = true, requires = "to", conflicts_with_all = ["verify", "wait", "detach"])]
+    pub drain: bool,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    crate::config::units::parse_duration(s)
 }
 
 /// Where and under which run a publish goes, from config or flags.
@@ -79,6 +102,7 @@ struct Target {
     quarantine_dir: PathBuf,
     rollback_margin: u64,
     config: Option<PathBuf>,
+    detach: bool,
 }
 
 fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
@@ -104,6 +128,7 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
             quarantine_dir: c.quarantine_dir(),
             rollback_margin: c.watch.rollback_margin_steps,
             config: Some(c.path.clone()),
+            detach: c.publish.detach,
         },
         None => {
             // `--verify PATH` names the directory itself: PATH's own, whose ledger holds
@@ -133,6 +158,7 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
                 quarantine_dir: abs.join(".roger").join("quarantine"),
                 rollback_margin: 0,
                 config: None,
+                detach: false,
             }
         }
     };
@@ -164,14 +190,22 @@ fn disk_probe() -> Result<Box<dyn DiskProbe>> {
 }
 
 pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
+    if args.drain {
+        let dest = args.to.clone().expect("clap requires --to with --drain");
+        return drain(&dest, args.json);
+    }
     let t = resolve(global, &args)?;
     if args.verify {
         return verify(&t, args.src.as_deref(), args.json);
     }
+    if args.wait {
+        return wait(&t.dest, args.timeout, args.json);
+    }
+    let detach = args.detach || (t.detach && !args.no_detach);
     let src = args
         .src
         .clone()
-        .expect("clap requires PATH without --verify");
+        .expect("clap requires PATH without --verify/--wait");
     let req = Request {
         src,
         dest: t.dest,
@@ -183,12 +217,143 @@ pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
         quarantine_dir: t.quarantine_dir,
         rollback_margin: t.rollback_margin,
         config: t.config,
+        queue: None,
     };
+    if detach {
+        return queue_it(&req, args.json);
+    }
+    // Queued publishes go first: a blocking publish never overtakes them (latest.json would
+    // go back to an older step when they land).
+    if let Ok(dest) = std::fs::canonicalize(&req.dest) {
+        let queued = publish::queue::pending(&dest)?;
+        if !queued.is_empty() {
+            eprintln!(
+                "roger: {} queued publish(es) in {} go first; waiting for them",
+                queued.len(),
+                dest.display()
+            );
+            publish::publisher::wait(&dest, None, publish::publisher::roger_exe().as_deref())?;
+        }
+    }
+    let _progress = publish::progress::on_terminal();
     let outcome = publish::publish(&req, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
+    drop(_progress);
     if args.json {
         outln!("{}", serde_json::to_string(&outcome)?);
     } else {
         print_human(&outcome);
+    }
+    Ok(exit::DONE)
+}
+
+/// `--detach`: queue, start the publisher, return.
+fn queue_it(req: &Request, json: bool) -> Result<u8> {
+    let q = publish::queue::enqueue(req, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
+    let dest = q.request.dest.clone();
+    let started = match publish::publisher::roger_exe() {
+        Some(exe) => publish::publisher::spawn(&dest, &exe).map(Some),
+        None => Ok(None),
+    };
+    let how = match (&q.snapshot, &q.no_snapshot) {
+        (Some(_), _) => "reflink snapshot taken: the source may be reused now".to_string(),
+        _ if q.in_place => "in place".to_string(),
+        (None, why) => format!(
+            "{}: leave the source untouched until it is published",
+            why.as_deref().unwrap_or("no reflink snapshot")
+        ),
+    };
+    eprintln!(
+        "roger: queued {} for {} ({} bytes in {} file(s), queue id {}; {how})",
+        q.source.display(),
+        q.target.display(),
+        q.size,
+        q.files,
+        q.id
+    );
+    if let Err(e) = &started {
+        eprintln!(
+            "roger: warning: could not start the background publisher ({e:#}); the next roger publish, publish --wait, hygiene disk or watch starts it"
+        );
+    }
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "queued": q.id,
+                "source": q.source,
+                "target": q.target,
+                "size": q.size,
+                "files": q.files,
+                "step": q.step,
+                "snapshot": q.snapshot.is_some(),
+                "no_snapshot": q.no_snapshot,
+                "publisher_pid": started.ok().flatten(),
+            })
+        );
+    } else {
+        outln!("queued {} -> {}", q.source.display(), q.target.display());
+        outln!("  queue id {}; {how}", q.id);
+    }
+    Ok(exit::DONE)
+}
+
+/// `--wait`: until the queue of DEST drains; exit 1 when one was rejected or time ran out.
+fn wait(dest: &Path, timeout: Option<std::time::Duration>, json: bool) -> Result<u8> {
+    let Ok(dest) = std::fs::canonicalize(dest) else {
+        if json {
+            outln!("[]");
+        } else {
+            outln!("nothing queued in {}", dest.display());
+        }
+        return Ok(exit::DONE);
+    };
+    let waited =
+        publish::publisher::wait(&dest, timeout, publish::publisher::roger_exe().as_deref())?;
+    use publish::publisher::Ended;
+    if json {
+        outln!("{}", serde_json::to_string(&waited)?);
+    } else if waited.is_empty() {
+        outln!("nothing queued in {}", dest.display());
+    }
+    let mut failed = 0;
+    for w in &waited {
+        let line = match &w.ended {
+            Some(Ended::Published { path, .. }) => format!("published {path}"),
+            Some(Ended::Rejected { reason, .. }) => {
+                failed += 1;
+                format!("rejected {}: {reason}", w.source.display())
+            }
+            None => {
+                failed += 1;
+                format!("still queued: {} (queue id {})", w.source.display(), w.id)
+            }
+        };
+        if !json {
+            outln!("{line}");
+        }
+    }
+    if failed > 0 {
+        bail!(
+            "{failed} of {} queued publish(es) in {} {}",
+            waited.len(),
+            dest.display(),
+            if waited.iter().any(|w| w.ended.is_none()) {
+                "did not finish in time or were rejected (see above and the ledger)"
+            } else {
+                "were rejected (see above and the ledger)"
+            }
+        );
+    }
+    Ok(exit::DONE)
+}
+
+/// The hidden `--drain`: this process is the destination's background publisher.
+fn drain(dest: &Path, json: bool) -> Result<u8> {
+    let dest = std::fs::canonicalize(dest)
+        .with_context(|| format!("destination {}", dest.display()))?;
+    let done = publish::publisher::drain(&dest, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
+    if json {
+        outln!("{}", serde_json::to_string(&done)?);
     }
     Ok(exit::DONE)
 }

@@ -15,8 +15,13 @@ pub mod failpoint;
 pub mod formats;
 pub mod manifest;
 pub mod names;
+pub mod parallel;
 pub mod place;
+pub mod progress;
+pub mod publisher;
+pub mod queue;
 pub mod recover;
+pub mod reflink;
 pub mod retention;
 pub mod source;
 
@@ -32,8 +37,8 @@ use manifest::Latest;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// What to publish where, as plain values (the CLI builds it).
-#[derive(Debug, Clone)]
+/// What to publish where, as plain values (the CLI builds it; a queue entry stores it).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Request {
     pub src: PathBuf,
     pub dest: PathBuf,
@@ -53,6 +58,10 @@ pub struct Request {
     pub rollback_margin: u64,
     /// The config file, if any: a name roger owns when it lives in the destination.
     pub config: Option<PathBuf>,
+    /// Set when this publish was queued by `--detach`: the source must still be what was
+    /// queued, and the records carry the queue id.
+    #[serde(default)]
+    pub queue: Option<queue::Ticket>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -156,10 +165,20 @@ pub fn check_space(
     Ok(())
 }
 
-pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result<Outcome> {
-    let started = std::time::Instant::now();
-    let ms = |t: std::time::Instant| t.elapsed().as_millis() as u64;
-    let mut timings = Timings::default();
+/// What publish checks before it touches the destination: the source's name, layout,
+/// files (size, mtime) and formats, and whether it already sits in the destination.
+pub struct Preflight {
+    pub src: PathBuf,
+    pub name: String,
+    pub layout: Layout,
+    pub before: Vec<source::SrcFile>,
+    pub formats: Vec<formats::Format>,
+    pub size: u64,
+    pub dest_abs: PathBuf,
+    pub in_place: bool,
+}
+
+pub fn preflight(req: &Request) -> Result<Preflight> {
     let src = std::fs::canonicalize(&req.src)
         .with_context(|| format!("source checkpoint {}", req.src.display()))?;
     let name = names::file_name(&src)?;
@@ -177,6 +196,14 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     }
     let layout = source::layout(&src)?;
     let before = source::snapshot(&src, layout)?;
+    if let Some(t) = &req.queue {
+        if let Some(what) = source::diff(&t.expected(&src), &before) {
+            bail!(
+                "{}: the source changed after it was queued ({what}) and before it was copied: the caller must leave it untouched until it is published (or use a filesystem with reflinks, where roger snapshots it)",
+                src.display()
+            );
+        }
+    }
     let formats = before
         .iter()
         .map(|f| formats::validate(&f.path))
@@ -192,6 +219,32 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     }
     let in_place =
         dest_abs.exists() && src.parent() == Some(std::fs::canonicalize(&dest_abs)?.as_path());
+    Ok(Preflight {
+        src,
+        name,
+        layout,
+        before,
+        formats,
+        size,
+        dest_abs,
+        in_place,
+    })
+}
+
+pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result<Outcome> {
+    let started = std::time::Instant::now();
+    let ms = |t: std::time::Instant| t.elapsed().as_millis() as u64;
+    let mut timings = Timings::default();
+    let Preflight {
+        src,
+        name,
+        layout,
+        before,
+        formats,
+        size,
+        dest_abs,
+        in_place,
+    } = preflight(req)?;
     let mut free_before = None;
     if !in_place {
         let space = disk.space(&dest_abs)?;
@@ -223,6 +276,7 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         files: digests.len(),
         in_place,
         run: req.run.clone(),
+        queue_id: req.queue.as_ref().map(|t| t.id.clone()),
         published_at: clock
             .now()
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
@@ -240,11 +294,13 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         (digests, reread, dirsync, intent)
     } else {
         let mut staging = place::Staging::new(dest.join(names::staging_name(&name)));
+        progress::begin(progress::Phase::Copy, size);
         let written = place::copy_in(&before, layout, staging.path())?;
         failpoint::hit("after_fsync");
         timings.copy = ms(t);
         source::unchanged(&src, layout, &before)?;
         let t = std::time::Instant::now();
+        progress::begin(progress::Phase::Verify, size);
         let (checks, reread) = place::reread(&written, layout, staging.path())?;
         timings.verify = ms(t);
         let written: Vec<FileDigest> = written.into_iter().map(|(d, _)| d).collect();
@@ -253,12 +309,15 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
             let set_aside = place::set_aside_bad_copy(staging.path(), &dest, &name, clock.now())?;
             let evidence = quarantine_bad_copy(req, &set_aside, &why, &ledger, clock)?;
             ledger.append(
-                Entry::new(Kind::Note, "publish", &req.run)
+                with_fields(
+                    Entry::new(Kind::Note, "publish", &req.run)
                     .step(step)
                     .field("event", "publish-rejected")
                     .field("path", target.display().to_string())
                     .field("evidence", evidence.display().to_string())
                     .field("reason", &why),
+                    req.queue.iter().map(|t| ("queue_id", serde_json::json!(t.id))),
+                ),
                 clock.now(),
             )?;
             bail!(
@@ -306,7 +365,8 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     let now = clock.now();
     let rec = ledger
         .append(
-            recover::publish_entry(
+            with_fields(
+                recover::publish_entry(
                 &req.run,
                 step,
                 &target,
@@ -317,6 +377,8 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
                 &dest,
                 in_place,
                 dirsync.text(),
+            ),
+                measured(size, started.elapsed(), req.queue.as_ref(), now),
             ),
             now,
         )
@@ -372,6 +434,42 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         ledger_seq: rec.seq,
         timings_ms: timings,
     })
+}
+
+/// `entry` with more fields.
+pub fn with_fields(
+    entry: Entry,
+    fields: impl IntoIterator<Item = (&'static str, serde_json::Value)>,
+) -> Entry {
+    fields.into_iter().fold(entry, |e, (k, v)| e.field(k, v))
+}
+
+/// What a `publish` record says about speed (so the report's goodput and the preemption
+/// check read real numbers) and, for a queued publish, its queue id and time in the queue.
+/// Pure.
+pub fn measured(
+    size: u64,
+    took: std::time::Duration,
+    queue: Option<&queue::Ticket>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<(&'static str, serde_json::Value)> {
+    let secs = took.as_secs_f64();
+    let mut f = vec![
+        ("duration_s", serde_json::json!((secs * 1000.0).round() / 1000.0)),
+        (
+            "bytes_per_s",
+            serde_json::json!(if secs > 0.0 { (size as f64 / secs) as u64 } else { 0 }),
+        ),
+    ];
+    if let Some(t) = queue {
+        f.push(("queue_id", serde_json::json!(t.id)));
+        f.push(("queued_at", serde_json::json!(t.queued_at)));
+        if let Ok(q) = chrono::DateTime::parse_from_rfc3339(&t.queued_at) {
+            let waited = (now - q.with_timezone(&chrono::Utc)).num_milliseconds().max(0);
+            f.push(("queued_s", serde_json::json!(waited as f64 / 1000.0)));
+        }
+    }
+    f
 }
 
 /// A published checkpoint re-hashed from disk (cache dropped first), for `--verify`.
