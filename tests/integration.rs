@@ -13,6 +13,7 @@ mod ledger;
 mod powercut;
 mod probe;
 mod publish;
+mod publish_detach;
 mod quarantine;
 mod real_configs;
 mod real_logs;

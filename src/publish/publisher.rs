@@ -156,7 +156,11 @@ pub fn drain(dest: &Path, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result<Opt
         loop {
             let (entries, bad) = {
                 let _q = queue::lock_queue(dest)?;
-                queue::scan(dest)?
+                let (entries, bad) = queue::scan(dest)?;
+                for name in queue::clean_orphans(dest, &entries) {
+                    eprintln!("roger: removed {name} from the queue dir: left by a caller killed while queueing (it was never queued)");
+                }
+                (entries, bad)
             };
             for (path, why) in bad {
                 let to = queue::set_aside(&path)?;
@@ -207,7 +211,17 @@ fn process(dest: &Path, q: &Queued, disk: &dyn DiskProbe, clock: &dyn Clock) -> 
                     q.source.display()
                 );
             }
-            match super::publish(&q.request, disk, clock) {
+            let tries = queue::count_try(dest, &q.id);
+            let result = if tries > queue::MAX_TRIES {
+                Err(anyhow::anyhow!(
+                    "the publisher died {} times while publishing it (see {}); given up so the queue moves on",
+                    tries - 1,
+                    queue::dir(dest).join(queue::LOG).display()
+                ))
+            } else {
+                super::publish(&q.request, disk, clock)
+            };
+            match result {
                 Ok(o) => {
                     eprintln!(
                         "roger: published {} (queued {} as {}): {} bytes, sha256 {}, {} ms, ledger record #{}",
@@ -231,7 +245,7 @@ fn process(dest: &Path, q: &Queued, disk: &dyn DiskProbe, clock: &dyn Clock) -> 
                                     .field("event", "publish-rejected")
                                     .field("queue_id", &q.id)
                                     .field("path", q.target.display().to_string())
-                                    .field("source", q.source.display().to_string())
+                                    .field("source_path", q.source.display().to_string())
                                     .field("reason", &reason),
                                 clock.now(),
                             )

@@ -26,6 +26,11 @@ pub const LOG: &str = "publisher.log";
 /// Held while an entry and its record are written, and while the publisher reads the queue.
 const QUEUE_LOCK: &str = "queue.lock";
 const ENTRY_EXT: &str = ".json";
+/// How many publishers started on an entry (`<id>.tries`).
+const TRIES_EXT: &str = ".tries";
+/// A publisher that dies this often on the same entry (a crash it cannot get past) gives it
+/// up with a record, so the queue moves on.
+pub const MAX_TRIES: u32 = 5;
 
 /// Size and mtime of one source file as it was queued.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -181,14 +186,51 @@ pub fn try_lock_publisher(dest: &Path) -> Result<Option<nix::fcntl::Flock<File>>
     lock_file(&dir(dest).join(PUBLISHER_LOCK), true)
 }
 
+/// Count one more publisher starting on `id`; returns how many did, this one included.
+pub fn count_try(dest: &Path, id: &str) -> u32 {
+    let p = dir(dest).join(format!("{id}{TRIES_EXT}"));
+    let n = std::fs::read_to_string(&p)
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .unwrap_or(0)
+        + 1;
+    let _ = std::fs::write(&p, n.to_string());
+    n
+}
+
 /// Remove a finished entry and its snapshot (the entry last: until it is gone, the publisher
 /// looks at it again and finds its record).
 pub fn remove(dest: &Path, q: &Queued) -> Result<()> {
     place::remove_any(&snapshot_root(dest, &q.id))?;
+    let _ = std::fs::remove_file(dir(dest).join(format!("{}{TRIES_EXT}", q.id)));
     let p = entry_path(dest, &q.id);
     std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
     copy::fsync_dir(&dir(dest))?;
     Ok(())
+}
+
+/// Remove what a caller killed while queueing left in the queue dir: a snapshot without its
+/// entry, a half-written entry. Only under the queue lock (no caller is queueing then).
+pub fn clean_orphans(dest: &Path, entries: &[Queued]) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir(dest)) else {
+        return Vec::new();
+    };
+    let mut cleaned = Vec::new();
+    for e in rd.flatten() {
+        let Some(name) = e.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let orphan_snapshot = name
+            .strip_suffix(".snap")
+            .or_else(|| name.strip_suffix(TRIES_EXT))
+            .is_some_and(|id| !entries.iter().any(|q| q.id == id));
+        if (orphan_snapshot || super::names::is_staging(&name))
+            && place::remove_any(&e.path()).is_ok()
+        {
+            cleaned.push(name);
+        }
+    }
+    cleaned
 }
 
 /// Set an unreadable entry aside (`<id>.json.unreadable`) so it stops blocking the queue.
