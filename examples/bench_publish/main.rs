@@ -2,7 +2,11 @@
 //! sha256sum DST` and bare `cp SRC DST && sync`, in the same run, plus SHA-256 alone.
 //!
 //! Run: `cargo run --release --example bench_publish [-- SIZE_MIB [REPS [DIR]]]`
-//! (defaults 1024 MiB, 3 repetitions, a directory under target/).
+//! (defaults 1024 MiB, 3 repetitions, a directory under target/). As root it syncs and drops
+//! the page cache (`echo 3 > /proc/sys/vm/drop_caches`) before every timed run, so each one
+//! starts from a cold cache; otherwise it says it could not. roger is timed through the
+//! library (`roger::publish::publish`), the same code the command runs, verify-from-disk
+//! included.
 //!
 //! Two more modes (build the binary too: `cargo build --release --bin roger --example
 //! bench_publish`):
@@ -11,11 +15,7 @@
 //!   blocking `roger publish` of the same file; medians.
 //! - `bench_publish sharded SIZE_MIB REPS [DIR]`: an 8-shard directory of SIZE in total,
 //!   published by roger (several shards in flight), against a parallel `cp -r && sync` (one
-//!   `cp` per shard at once) and against roger publishing one file of the same size. As root it syncs and drops
-//! the page cache (`echo 3 > /proc/sys/vm/drop_caches`) before every timed run, so each one
-//! starts from a cold cache; otherwise it says it could not. roger is timed through the
-//! library (`roger::publish::publish`), the same code the command runs, verify-from-disk
-//! included.
+//!   `cp` per shard at once) and against roger publishing one file of the same size.
 
 mod modes;
 

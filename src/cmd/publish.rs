@@ -35,7 +35,8 @@ Test-only environment knobs (for crash-safety tests, never set in production):
                               after_manifest, after_prune_record
   ROGER_FAULT_TRUNCATE_AFTER_FSYNC=BYTES   truncate the staging copy after its fsync
   ROGER_FAULT_TRUNCATE_ONLY=NAME           ... only the staging file named NAME (one shard)
-  ROGER_FAKE_FREE_BYTES=BYTES the free space the destination reports";
+  ROGER_FAKE_FREE_BYTES=BYTES the free space the destination reports
+  ROGER_DETACH_NO_PUBLISHER=1 --detach only queues (starts no publisher)";
 
 #[derive(Debug, Args)]
 #[command(after_help = AFTER_HELP)]
@@ -250,7 +251,9 @@ pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
 fn queue_it(req: &Request, json: bool) -> Result<u8> {
     let q = publish::queue::enqueue(req, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
     let dest = q.request.dest.clone();
-    let started = match publish::publisher::roger_exe() {
+    let started = match publish::publisher::roger_exe()
+        .filter(|_| std::env::var_os("ROGER_DETACH_NO_PUBLISHER").is_none())
+    {
         Some(exe) => publish::publisher::spawn(&dest, &exe).map(Some),
         None => Ok(None),
     };
@@ -349,8 +352,8 @@ fn wait(dest: &Path, timeout: Option<std::time::Duration>, json: bool) -> Result
 
 /// The hidden `--drain`: this process is the destination's background publisher.
 fn drain(dest: &Path, json: bool) -> Result<u8> {
-    let dest = std::fs::canonicalize(dest)
-        .with_context(|| format!("destination {}", dest.display()))?;
+    let dest =
+        std::fs::canonicalize(dest).with_context(|| format!("destination {}", dest.display()))?;
     let done = publish::publisher::drain(&dest, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
     if json {
         outln!("{}", serde_json::to_string(&done)?);

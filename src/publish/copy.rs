@@ -138,7 +138,7 @@ pub fn copy_file(src: &Path, dst: &Path) -> Result<Marks> {
         super::progress::add(chunk.len() as u64);
         Ok(())
     })
-        .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
     let out = writer
         .finish()
         .with_context(|| format!("writing {}", dst.display()))?;

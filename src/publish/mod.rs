@@ -311,12 +311,14 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
             ledger.append(
                 with_fields(
                     Entry::new(Kind::Note, "publish", &req.run)
-                    .step(step)
-                    .field("event", "publish-rejected")
-                    .field("path", target.display().to_string())
-                    .field("evidence", evidence.display().to_string())
-                    .field("reason", &why),
-                    req.queue.iter().map(|t| ("queue_id", serde_json::json!(t.id))),
+                        .step(step)
+                        .field("event", "publish-rejected")
+                        .field("path", target.display().to_string())
+                        .field("evidence", evidence.display().to_string())
+                        .field("reason", &why),
+                    req.queue
+                        .iter()
+                        .map(|t| ("queue_id", serde_json::json!(t.id))),
                 ),
                 clock.now(),
             )?;
@@ -455,17 +457,26 @@ pub fn measured(
 ) -> Vec<(&'static str, serde_json::Value)> {
     let secs = took.as_secs_f64();
     let mut f = vec![
-        ("duration_s", serde_json::json!((secs * 1000.0).round() / 1000.0)),
+        (
+            "duration_s",
+            serde_json::json!((secs * 1000.0).round() / 1000.0),
+        ),
         (
             "bytes_per_s",
-            serde_json::json!(if secs > 0.0 { (size as f64 / secs) as u64 } else { 0 }),
+            serde_json::json!(if secs > 0.0 {
+                (size as f64 / secs) as u64
+            } else {
+                0
+            }),
         ),
     ];
     if let Some(t) = queue {
         f.push(("queue_id", serde_json::json!(t.id)));
         f.push(("queued_at", serde_json::json!(t.queued_at)));
         if let Ok(q) = chrono::DateTime::parse_from_rfc3339(&t.queued_at) {
-            let waited = (now - q.with_timezone(&chrono::Utc)).num_milliseconds().max(0);
+            let waited = (now - q.with_timezone(&chrono::Utc))
+                .num_milliseconds()
+                .max(0);
             f.push(("queued_s", serde_json::json!(waited as f64 / 1000.0)));
         }
     }

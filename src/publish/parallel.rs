@@ -98,7 +98,10 @@ mod tests {
         let marks = copy_all(&jobs, 3).unwrap();
         for (i, m) in marks.iter().enumerate() {
             assert_eq!(m.size, (6 - i as u64) * 300_000);
-            assert_eq!(std::fs::read(&jobs[i].1).unwrap(), std::fs::read(&jobs[i].0).unwrap());
+            assert_eq!(
+                std::fs::read(&jobs[i].1).unwrap(),
+                std::fs::read(&jobs[i].0).unwrap()
+            );
         }
         // Destinations exist now (O_EXCL): every copy fails, the error names a file.
         let e = copy_all(&jobs, 3).unwrap_err();

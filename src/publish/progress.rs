@@ -112,7 +112,10 @@ mod tests {
     #[test]
     fn line_shows_bytes_rate_and_eta() {
         let l = line("copy", 1 << 30, 4 << 30, 2.0);
-        assert!(l.starts_with("publish copy: 1.0 GiB / 4.0 GiB (25%)"), "{l}");
+        assert!(
+            l.starts_with("publish copy: 1.0 GiB / 4.0 GiB (25%)"),
+            "{l}"
+        );
         assert!(l.contains("512.0 MiB/s"), "{l}");
         assert!(l.ends_with("ETA 6 s"), "{l}");
         assert!(line("verify", 0, 10, 0.0).ends_with("ETA ?"));

@@ -23,8 +23,15 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "lowercase")]
 pub enum Ended {
-    Published { path: String, sha256: String, seq: u64 },
-    Rejected { reason: String, seq: u64 },
+    Published {
+        path: String,
+        sha256: String,
+        seq: u64,
+    },
+    Rejected {
+        reason: String,
+        seq: u64,
+    },
 }
 
 /// How the queued publish `id` ended, if a record says so. Pure.
@@ -201,10 +208,7 @@ fn process(dest: &Path, q: &Queued, disk: &dyn DiskProbe, clock: &dyn Clock) -> 
             });
             if !queued {
                 // The caller died between the entry and its record.
-                ledger.append(
-                    queue::queued_entry(q).field("repaired", true),
-                    clock.now(),
-                )?;
+                ledger.append(queue::queued_entry(q).field("repaired", true), clock.now())?;
                 eprintln!(
                     "roger: queued publish {} of {} had no publish_queued record (its caller died while queueing): recorded now",
                     q.id,
@@ -259,9 +263,8 @@ fn process(dest: &Path, q: &Queued, disk: &dyn DiskProbe, clock: &dyn Clock) -> 
                     );
                 }
             }
-            ended(&ledger.records()?, &q.id).with_context(|| {
-                format!("queued publish {}: no record of how it ended", q.id)
-            })?
+            ended(&ledger.records()?, &q.id)
+                .with_context(|| format!("queued publish {}: no record of how it ended", q.id))?
         }
     };
     queue::remove(dest, q)?;
@@ -326,8 +329,10 @@ mod tests {
         let l = Ledger::new(d.path().join("l.jsonl"));
         let t = chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap();
         let e = |k| Entry::new(k, "publish", "r");
-        l.append(e(Kind::PublishQueued).field("queue_id", "1"), t).unwrap();
-        l.append(e(Kind::PublishQueued).field("queue_id", "2"), t).unwrap();
+        l.append(e(Kind::PublishQueued).field("queue_id", "1"), t)
+            .unwrap();
+        l.append(e(Kind::PublishQueued).field("queue_id", "2"), t)
+            .unwrap();
         l.append(
             e(Kind::Publish)
                 .field("queue_id", "1")
@@ -344,7 +349,11 @@ mod tests {
             t,
         )
         .unwrap();
-        l.append(e(Kind::Note).field("event", "other").field("queue_id", "3"), t).unwrap();
+        l.append(
+            e(Kind::Note).field("event", "other").field("queue_id", "3"),
+            t,
+        )
+        .unwrap();
         let r = l.records().unwrap();
         assert_eq!(
             ended(&r, "1"),

@@ -100,8 +100,11 @@ fn snapshot_root(dest: &Path, id: &str) -> PathBuf {
     dir(dest).join(format!("{id}.snap"))
 }
 
-/// The queue, oldest first, and the entries that cannot be read (path, why).
-pub fn scan(dest: &Path) -> Result<(Vec<Queued>, Vec<(PathBuf, String)>)> {
+/// Queue entries that cannot be read: (path, why).
+pub type Unreadable = Vec<(PathBuf, String)>;
+
+/// The queue, oldest first, and the entries that cannot be read.
+pub fn scan(dest: &Path) -> Result<(Vec<Queued>, Unreadable)> {
     let d = dir(dest);
     let rd = match std::fs::read_dir(&d) {
         Ok(rd) => rd,
@@ -139,11 +142,7 @@ pub fn pending(dest: &Path) -> Result<Vec<Queued>> {
 
 /// Bytes the queued publishes will still need in the destination. Pure.
 pub fn queued_bytes(queue: &[Queued]) -> u64 {
-    queue
-        .iter()
-        .filter(|q| !q.in_place)
-        .map(|q| q.size)
-        .sum()
+    queue.iter().filter(|q| !q.in_place).map(|q| q.size).sum()
 }
 
 /// The next id: nanoseconds since the epoch, zero-padded so names sort in queue order, and
@@ -358,10 +357,14 @@ pub fn enqueue(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         step: req.step.or_else(|| super::names::step_from_name(&pre.name)),
         in_place: pre.in_place,
         queued_at: ticket.queued_at.clone(),
+        // Absolute: the publisher runs elsewhere (its working directory is the destination).
         request: Request {
             src,
             dest: dest.clone(),
             step: req.step,
+            ledger: std::path::absolute(&req.ledger)?,
+            quarantine_dir: std::path::absolute(&req.quarantine_dir)?,
+            config: req.config.as_deref().map(std::path::absolute).transpose()?,
             queue: Some(ticket),
             ..req.clone()
         },
@@ -423,7 +426,10 @@ mod tests {
 
     #[test]
     fn queued_bytes_skip_in_place_publishes() {
-        assert_eq!(queued_bytes(&[q("1", 10, false), q("2", 5, true), q("3", 7, false)]), 17);
+        assert_eq!(
+            queued_bytes(&[q("1", 10, false), q("2", 5, true), q("3", 7, false)]),
+            17
+        );
     }
 
     #[test]
@@ -432,8 +438,7 @@ mod tests {
         assert!(pending(d.path()).unwrap().is_empty(), "no queue dir: empty");
         std::fs::create_dir(dir(d.path())).unwrap();
         for id in ["00000000000000000002", "00000000000000000001"] {
-            manifest::write_json(&dir(d.path()), &format!("{id}.json"), &q(id, 1, false))
-                .unwrap();
+            manifest::write_json(&dir(d.path()), &format!("{id}.json"), &q(id, 1, false)).unwrap();
         }
         std::fs::write(dir(d.path()).join("00000000000000000003.json"), b"{torn").unwrap();
         std::fs::write(dir(d.path()).join(PUBLISHER_LOCK), b"").unwrap();
@@ -465,7 +470,10 @@ mod tests {
                 .collect(),
         };
         assert_eq!(source::diff(&t.expected(&f), &now), None);
-        let longer = vec![SrcFile { size: 4, ..now[0].clone() }];
+        let longer = vec![SrcFile {
+            size: 4,
+            ..now[0].clone()
+        }];
         assert!(source::diff(&t.expected(&f), &longer)
             .unwrap()
             .contains("changed size 3 -> 4"));

@@ -68,9 +68,8 @@ pub fn snapshot(
                     "no reflink snapshot ({e}: the filesystem cannot clone, or the source is on another filesystem than the destination)"
                 )));
             }
-            return Err(e).with_context(|| {
-                format!("cloning {} to {}", path.display(), to.display())
-            });
+            return Err(e)
+                .with_context(|| format!("cloning {} to {}", path.display(), to.display()));
         }
     }
     Ok(Ok(()))
@@ -85,7 +84,9 @@ mod tests {
         // /tmp here is ext4 or tmpfs: no FICLONE. (The reflink itself is tested on a btrfs
         // loop image in tests/publish/detach.rs.)
         let d = tempfile::tempdir().unwrap();
-        let fs = nix::sys::statfs::statfs(d.path()).unwrap().filesystem_type();
+        let fs = nix::sys::statfs::statfs(d.path())
+            .unwrap()
+            .filesystem_type();
         if fs == nix::sys::statfs::BTRFS_SUPER_MAGIC || fs == nix::sys::statfs::XFS_SUPER_MAGIC {
             eprintln!("SKIPPED: the temp dir is on a reflink-capable filesystem");
             return;

@@ -87,12 +87,19 @@ fn kill_9_of_caller_and_publisher_at_random_moments_ends_every_queued_publish() 
                         || (r["kind"] == "note" && r["event"] == "publish-rejected"))
             })
             .collect();
-        assert_eq!(ends.len(), 1, "queued publish {id} ends exactly once: {ends:#?}");
+        assert_eq!(
+            ends.len(),
+            1,
+            "queued publish {id} ends exactly once: {ends:#?}"
+        );
         // Sources were never touched: a queued publish is published, or given up only after
         // its publisher was killed on it again and again.
         assert!(
             ends[0]["kind"] == "publish"
-                || ends[0]["reason"].as_str().unwrap().contains("the publisher died"),
+                || ends[0]["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("the publisher died"),
             "{:#}",
             ends[0]
         );
@@ -110,16 +117,31 @@ fn kill_9_of_caller_and_publisher_at_random_moments_ends_every_queued_publish() 
                 .any(|r| r["path"] == e.path().display().to_string() && r["sha256"] == sha.as_str()),
             "{n} has no matching publish record"
         );
-        assert_eq!(sha, sha256_file(&env.path(&n)), "{n} holds its source's bytes");
+        assert_eq!(
+            sha,
+            sha256_file(&env.path(&n)),
+            "{n} holds its source's bytes"
+        );
     }
     // The newest published checkpoint is what latest.json names.
-    let newest = kind(&recs, "publish").last().unwrap()["path"].as_str().unwrap().to_string();
-    assert_eq!(ck.join(latest(&ck)["path"].as_str().unwrap()).display().to_string(), newest);
+    let newest = kind(&recs, "publish").last().unwrap()["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        ck.join(latest(&ck)["path"].as_str().unwrap())
+            .display()
+            .to_string(),
+        newest
+    );
     let published = kind(&recs, "publish").len();
     let repaired = recs.iter().filter(|r| r["repaired"] == true).count();
     eprintln!(
         "kill -9: {rounds} callers, {publisher_kills} publisher kills; {} queued, {published} published, {repaired} repaired records",
         queued.len()
     );
-    assert!(publisher_kills > 0, "the publisher was killed at least once");
+    assert!(
+        publisher_kills > 0,
+        "the publisher was killed at least once"
+    );
 }

@@ -64,11 +64,21 @@ fn detach_queues_durably_then_publishes_in_queue_order_and_a_blocking_publish_wa
     for i in 1..=3u8 {
         env.write(&format!("ckpt-{i}.pt"), torch_zip(300_000 + i as usize, i));
         let out = env
-            .run(&["publish", "--detach", &format!("ckpt-{i}.pt"), "--to", "ck", "--json"])
+            .run(&[
+                "publish",
+                "--detach",
+                &format!("ckpt-{i}.pt"),
+                "--to",
+                "ck",
+                "--json",
+            ])
             .expect(0)
             .stderr_has("roger: queued");
         let o: Value = serde_json::from_str(out.stdout().trim()).unwrap();
-        assert_eq!(o["target"], ck.join(format!("ckpt-{i}.pt")).display().to_string());
+        assert_eq!(
+            o["target"],
+            ck.join(format!("ckpt-{i}.pt")).display().to_string()
+        );
         assert_eq!(o["step"], i as u64);
     }
     // The publisher waits behind the lock: everything is queued, nothing published.
@@ -97,8 +107,12 @@ fn detach_queues_durably_then_publishes_in_queue_order_and_a_blocking_publish_wa
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!err.contains("publish copy:"), "no progress line off a terminal: {err}");
-    env.run(&["publish", "--wait", "--to", "ck", "--timeout", "300s"]).expect(0);
+    assert!(
+        !err.contains("publish copy:"),
+        "no progress line off a terminal: {err}"
+    );
+    env.run(&["publish", "--wait", "--to", "ck", "--timeout", "300s"])
+        .expect(0);
     let recs = ledger_records(&ck.join("roger-ledger.jsonl"));
     let published: Vec<&str> = kind(&recs, "publish")
         .iter()
@@ -112,7 +126,10 @@ fn detach_queues_durably_then_publishes_in_queue_order_and_a_blocking_publish_wa
         assert_eq!(r["queue_id"], id.as_str());
         assert!(r["duration_s"].as_f64().unwrap() >= 0.0);
         assert!(r["bytes_per_s"].as_u64().is_some());
-        assert!(r["queued_s"].as_f64().unwrap() >= 0.3, "waited behind the lock: {r}");
+        assert!(
+            r["queued_s"].as_f64().unwrap() >= 0.3,
+            "waited behind the lock: {r}"
+        );
     }
     let blocking_rec = kind(&recs, "publish")[3];
     assert!(blocking_rec.get("queue_id").is_none());
@@ -121,7 +138,10 @@ fn detach_queues_durably_then_publishes_in_queue_order_and_a_blocking_publish_wa
     assert!(queue_ids(&ck).is_empty());
     for i in 1..=4 {
         let p = ck.join(format!("ckpt-{i}.pt"));
-        assert_eq!(sha256_file(&p), sha256_file(&env.path(&format!("ckpt-{i}.pt"))));
+        assert_eq!(
+            sha256_file(&p),
+            sha256_file(&env.path(&format!("ckpt-{i}.pt")))
+        );
     }
     // Nothing queued: --wait says so and succeeds.
     env.run(&["publish", "--wait", "--to", "ck", "--timeout", "5s"])
@@ -138,8 +158,10 @@ fn a_source_changed_or_deleted_before_the_copy_is_rejected_with_a_record() {
     let lock = hold_publish_lock(&ck);
     env.write("ckpt-2.pt", torch_zip(200_000, 2));
     env.write("ckpt-3.pt", torch_zip(200_000, 3));
-    env.run(&["publish", "--detach", "ckpt-2.pt", "--to", "ck"]).expect(0);
-    env.run(&["publish", "--detach", "ckpt-3.pt", "--to", "ck"]).expect(0);
+    env.run(&["publish", "--detach", "ckpt-2.pt", "--to", "ck"])
+        .expect(0);
+    env.run(&["publish", "--detach", "ckpt-3.pt", "--to", "ck"])
+        .expect(0);
     // The training script reuses its file before the publisher copied it, and deletes one.
     env.write("ckpt-2.pt", torch_zip(250_000, 9));
     std::fs::remove_file(env.path("ckpt-3.pt")).unwrap();
@@ -148,7 +170,11 @@ fn a_source_changed_or_deleted_before_the_copy_is_rejected_with_a_record() {
         .run(&["publish", "--wait", "--to", "ck", "--timeout", "300s"])
         .expect(1)
         .stdout_has("rejected");
-    assert!(out.stderr().contains("2 of 2 queued publish(es)"), "{}", out.report());
+    assert!(
+        out.stderr().contains("2 of 2 queued publish(es)"),
+        "{}",
+        out.report()
+    );
     let recs = ledger_records(&ck.join("roger-ledger.jsonl"));
     let rejected: Vec<&Value> = kind(&recs, "note")
         .into_iter()
@@ -161,7 +187,10 @@ fn a_source_changed_or_deleted_before_the_copy_is_rejected_with_a_record() {
     }
     let why = rejected[0]["reason"].as_str().unwrap();
     assert!(why.contains("changed"), "{why}");
-    assert!(rejected[1]["reason"].as_str().unwrap().contains("ckpt-3.pt"));
+    assert!(rejected[1]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("ckpt-3.pt"));
     assert!(!ck.join("ckpt-2.pt").exists() && !ck.join("ckpt-3.pt").exists());
     assert_eq!(latest(&ck)["path"], "ckpt-1.pt");
     assert!(queue_ids(&ck).is_empty());
@@ -178,16 +207,23 @@ fn free_space_check_counts_queued_publishes() {
     let free = ((256u64 << 20) + (3 << 19)).to_string();
     let mut c = env.cmd(&["publish", "--detach", "ckpt-1.pt", "--to", "ck"]);
     c.env("ROGER_FAKE_FREE_BYTES", &free);
-    env.run_cmd(c, &["publish", "--detach", "ckpt-1.pt"]).expect(0);
+    env.run_cmd(c, &["publish", "--detach", "ckpt-1.pt"])
+        .expect(0);
     let mut c = env.cmd(&["publish", "--detach", "ckpt-2.pt", "--to", "ck"]);
     c.env("ROGER_FAKE_FREE_BYTES", &free);
-    let out = env.run_cmd(c, &["publish", "--detach", "ckpt-2.pt"]).expect(1);
+    let out = env
+        .run_cmd(c, &["publish", "--detach", "ckpt-2.pt"])
+        .expect(1);
     let err = out.stderr();
-    assert!(err.contains("1 queued publish(es) ahead of this one"), "{err}");
+    assert!(
+        err.contains("1 queued publish(es) ahead of this one"),
+        "{err}"
+    );
     assert!(err.contains("not enough free space"), "{err}");
     assert_eq!(queue_ids(&ck).len(), 1, "the refused one is not queued");
     drop(lock);
-    env.run(&["publish", "--wait", "--to", "ck", "--timeout", "300s"]).expect(0);
+    env.run(&["publish", "--wait", "--to", "ck", "--timeout", "300s"])
+        .expect(0);
 }
 
 #[test]
@@ -198,7 +234,8 @@ fn a_killed_publisher_leaves_queued_work_that_the_next_command_resumes() {
     env.run(&["publish", "ckpt-1.pt", "--to", "ck"]).expect(0);
     let lock = hold_publish_lock(&ck);
     env.write("ckpt-2.pt", torch_zip(100_000, 2));
-    env.run(&["publish", "--detach", "ckpt-2.pt", "--to", "ck"]).expect(0);
+    env.run(&["publish", "--detach", "ckpt-2.pt", "--to", "ck"])
+        .expect(0);
     let pid = publisher_pid(&ck).expect("publisher pid");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
     // Reaped by init; its lock goes with it.
@@ -207,7 +244,11 @@ fn a_killed_publisher_leaves_queued_work_that_the_next_command_resumes() {
         std::thread::sleep(Duration::from_millis(20));
     }
     drop(lock);
-    assert_eq!(queue_ids(&ck).len(), 1, "the queued work survives its publisher");
+    assert_eq!(
+        queue_ids(&ck).len(),
+        1,
+        "the queued work survives its publisher"
+    );
     // Any command that runs publish recovery resumes it and says so.
     env.run(&["publish", "--verify", "--to", "ck"])
         .expect(0)
@@ -233,17 +274,34 @@ fn a_sharded_directory_with_one_shard_truncated_after_fsync_is_rejected_whole() 
     let env = Env::new();
     let ck = ck(&env);
     shards(&env, 1);
-    env.run(&["publish", "checkpoint-100", "--to", "ck"]).expect(0);
+    env.run(&["publish", "checkpoint-100", "--to", "ck"])
+        .expect(0);
     let before = latest(&ck);
-    let old = roger::publish::rehash(&ck.join("checkpoint-100")).unwrap().sha256;
+    let old = roger::publish::rehash(&ck.join("checkpoint-100"))
+        .unwrap()
+        .sha256;
     shards(&env, 2);
     let mut c = env.cmd(&["publish", "--detach", "checkpoint-100", "--to", "ck"]);
-    c.env("ROGER_FAULT_TRUNCATE_AFTER_FSYNC", "4096")
-        .env("ROGER_FAULT_TRUNCATE_ONLY", "model-00005-of-00008.safetensors.bin");
-    env.run_cmd(c, &["publish", "--detach", "checkpoint-100"]).expect(0);
-    let out = env.run(&["publish", "--wait", "--to", "ck", "--timeout", "300s"]).expect(1);
-    assert!(out.stdout().contains("model-00005-of-00008"), "{}", out.report());
-    assert_eq!(roger::publish::rehash(&ck.join("checkpoint-100")).unwrap().sha256, old);
+    c.env("ROGER_FAULT_TRUNCATE_AFTER_FSYNC", "4096").env(
+        "ROGER_FAULT_TRUNCATE_ONLY",
+        "model-00005-of-00008.safetensors.bin",
+    );
+    env.run_cmd(c, &["publish", "--detach", "checkpoint-100"])
+        .expect(0);
+    let out = env
+        .run(&["publish", "--wait", "--to", "ck", "--timeout", "300s"])
+        .expect(1);
+    assert!(
+        out.stdout().contains("model-00005-of-00008"),
+        "{}",
+        out.report()
+    );
+    assert_eq!(
+        roger::publish::rehash(&ck.join("checkpoint-100"))
+            .unwrap()
+            .sha256,
+        old
+    );
     assert_eq!(latest(&ck), before, "latest.json unchanged");
     let recs = ledger_records(&ck.join("roger-ledger.jsonl"));
     let rej: Vec<&Value> = kind(&recs, "note")
@@ -252,7 +310,10 @@ fn a_sharded_directory_with_one_shard_truncated_after_fsync_is_rejected_whole() 
         .collect();
     assert_eq!(rej.len(), 1, "one record, from the verification: {recs:#?}");
     assert!(rej[0]["queue_id"].is_string());
-    assert!(rej[0]["reason"].as_str().unwrap().contains("4096 bytes on disk"));
+    assert!(rej[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("4096 bytes on disk"));
     // Without the fault the same directory publishes, all shards at once.
     let out = env
         .run(&["publish", "checkpoint-100", "--to", "ck", "--json"])
@@ -263,4 +324,45 @@ fn a_sharded_directory_with_one_shard_truncated_after_fsync_is_rejected_whole() 
         let rel = format!("checkpoint-100/model-{i:05}-of-00008.safetensors.bin");
         assert_eq!(sha256_file(&ck.join(&rel)), sha256_file(&env.path(&rel)));
     }
+}
+
+#[test]
+fn config_detach_queues_by_default_with_retention_and_no_detach_blocks() {
+    let env = Env::new();
+    env.write(
+        "roger.toml",
+        "[run]\nname = \"llama\"\ncheckpoint_dir = \"ckpts\"\nledger = \"logs/ledger.jsonl\"\n[publish]\nkeep_last = 1\nmargin = \"1MiB\"\ndetach = true\n",
+    );
+    for step in [10, 20] {
+        let name = format!("ckpt-{step}.pt");
+        env.write(&name, torch_zip(1000, step as u8));
+        env.run(&["publish", &name])
+            .expect(0)
+            .stdout_has("queued")
+            .stderr_has("roger: queued");
+    }
+    env.run(&["publish", "--wait", "--timeout", "300s"])
+        .expect(0)
+        .stdout_has("published");
+    // The queued publishes ran with the config's retention, under its run and ledger.
+    assert!(!env.path("ckpts/ckpt-10.pt").exists());
+    assert!(env.path("ckpts/ckpt-20.pt").exists());
+    let recs = ledger_records(&env.path("logs/ledger.jsonl"));
+    let kinds: Vec<&str> = recs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "publish_queued",
+            "publish_queued",
+            "publish",
+            "publish",
+            "prune"
+        ]
+    );
+    assert!(recs.iter().all(|r| r["run"] == "llama"));
+    env.write("ckpt-30.pt", torch_zip(1000, 30));
+    env.run(&["publish", "ckpt-30.pt", "--no-detach"])
+        .expect(0)
+        .stdout_has("published");
+    assert_eq!(latest(&env.path("ckpts"))["step"], 30);
 }

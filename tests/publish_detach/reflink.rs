@@ -30,7 +30,10 @@ fn btrfs_loop(env: &Env) -> Result<Mounted, String> {
         .output()
         .map_err(|e| format!("mkfs.btrfs not available ({e}; apt-get install btrfs-progs)"))?;
     if !mkfs.status.success() {
-        return Err(format!("mkfs.btrfs failed: {}", String::from_utf8_lossy(&mkfs.stderr)));
+        return Err(format!(
+            "mkfs.btrfs failed: {}",
+            String::from_utf8_lossy(&mkfs.stderr)
+        ));
     }
     let mnt = env.path("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
@@ -82,16 +85,33 @@ fn on_btrfs_the_reflink_snapshot_is_published_after_the_source_changed() {
         .expect(0)
         .stderr_has("reflink snapshot taken");
     let _ = out;
-    env.run(&["publish", "--detach", b.to_str().unwrap(), "--to", ck.to_str().unwrap()])
-        .expect(0);
+    env.run(&[
+        "publish",
+        "--detach",
+        b.to_str().unwrap(),
+        "--to",
+        ck.to_str().unwrap(),
+    ])
+    .expect(0);
     // The caller reuses one file and deletes the other at once.
     write(&a, &torch_zip(2 << 20, 7));
     let want_b = sha256_file(&b);
     std::fs::remove_file(&b).unwrap();
     drop(lock);
-    env.run(&["publish", "--wait", "--to", ck.to_str().unwrap(), "--timeout", "300s"])
-        .expect(0);
-    assert_eq!(sha256_file(&ck.join("ckpt-1.pt")), want, "the bytes it queued");
+    env.run(&[
+        "publish",
+        "--wait",
+        "--to",
+        ck.to_str().unwrap(),
+        "--timeout",
+        "300s",
+    ])
+    .expect(0);
+    assert_eq!(
+        sha256_file(&ck.join("ckpt-1.pt")),
+        want,
+        "the bytes it queued"
+    );
     assert_eq!(sha256_file(&ck.join("ckpt-2.pt")), want_b);
     assert_eq!(latest(&ck)["path"], "ckpt-2.pt");
     let recs = ledger_records(&ck.join("roger-ledger.jsonl"));
