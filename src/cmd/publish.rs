@@ -200,7 +200,7 @@ pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
         return verify(&t, args.src.as_deref(), args.json);
     }
     if args.wait {
-        return wait(&t.dest, args.timeout, args.json);
+        return wait(&t.dest, &t.ledger, &t.run, args.timeout, args.json);
     }
     let detach = args.detach || (t.detach && !args.no_detach);
     let src = args
@@ -225,7 +225,7 @@ pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
     }
     // Queued publishes go first: a blocking publish never overtakes them (latest.json would
     // go back to an older step when they land).
-    if let Ok(dest) = std::fs::canonicalize(&req.dest) {
+    if let Some(dest) = std::fs::canonicalize(&req.dest).ok().filter(|d| d.is_dir()) {
         let queued = publish::queue::pending(&dest)?;
         if !queued.is_empty() {
             eprintln!(
@@ -233,7 +233,9 @@ pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
                 queued.len(),
                 dest.display()
             );
-            publish::publisher::wait(&dest, None, publish::publisher::roger_exe().as_deref())?;
+            let ids: Vec<String> = queued.into_iter().map(|q| q.id).collect();
+            let exe = publish::publisher::roger_exe();
+            publish::publisher::wait_for(&dest, &ids, None, exe.as_deref())?;
         }
     }
     let _progress = publish::progress::on_terminal();
@@ -300,8 +302,15 @@ fn queue_it(req: &Request, json: bool) -> Result<u8> {
     Ok(exit::DONE)
 }
 
-/// `--wait`: until the queue of DEST drains; exit 1 when one was rejected or time ran out.
-fn wait(dest: &Path, timeout: Option<std::time::Duration>, json: bool) -> Result<u8> {
+/// `--wait`: until what was queued in DEST since the last `--wait` has ended; exit 1 when
+/// one was rejected or time ran out. Closed with a `publish-waited` note.
+fn wait(
+    dest: &Path,
+    ledger: &Path,
+    run: &str,
+    timeout: Option<std::time::Duration>,
+    json: bool,
+) -> Result<u8> {
     let Ok(dest) = std::fs::canonicalize(dest) else {
         if json {
             outln!("[]");
@@ -310,13 +319,36 @@ fn wait(dest: &Path, timeout: Option<std::time::Duration>, json: bool) -> Result
         }
         return Ok(exit::DONE);
     };
-    let waited =
-        publish::publisher::wait(&dest, timeout, publish::publisher::roger_exe().as_deref())?;
+    let ledger = Ledger::new(ledger);
+    let waited = publish::publisher::wait(
+        &dest,
+        &ledger,
+        timeout,
+        publish::publisher::roger_exe().as_deref(),
+    )?;
     use publish::publisher::Ended;
     if json {
         outln!("{}", serde_json::to_string(&waited)?);
     } else if waited.is_empty() {
-        outln!("nothing queued in {}", dest.display());
+        outln!("nothing queued in {} since the last --wait", dest.display());
+    }
+    if !waited.is_empty() {
+        let count = |f: fn(&Option<Ended>) -> bool| waited.iter().filter(|w| f(&w.ended)).count();
+        ledger.append(
+            crate::ledger::Entry::new(Kind::Note, "publish", run)
+                .field("event", publish::publisher::WAITED)
+                .field("dir", dest.display().to_string())
+                .field(
+                    "published",
+                    count(|e| matches!(e, Some(Ended::Published { .. }))),
+                )
+                .field(
+                    "rejected",
+                    count(|e| matches!(e, Some(Ended::Rejected { .. }))),
+                )
+                .field("still_queued", count(|e| e.is_none())),
+            chrono::Utc::now(),
+        )?;
     }
     let mut failed = 0;
     for w in &waited {

@@ -271,30 +271,90 @@ fn process(dest: &Path, q: &Queued, disk: &dyn DiskProbe, clock: &dyn Clock) -> 
     Ok(end)
 }
 
-/// What `--wait` saw: every entry queued when it began, and how each ended (None: still
-/// queued at the timeout).
+/// What `--wait` answers for, and how each ended (None: still queued at the timeout).
 #[derive(Debug, Clone, Serialize)]
 pub struct Waited {
     pub id: String,
     pub source: PathBuf,
     pub target: PathBuf,
     pub ended: Option<Ended>,
+    #[serde(skip)]
+    pub ledger: PathBuf,
 }
 
-/// Wait until every publish queued in `dest` now has ended (or `timeout` passes), starting a
+/// The `publish-waited` note that closes a `--wait`: the next one answers for what was
+/// queued after it.
+pub const WAITED: &str = "publish-waited";
+
+/// The queued publishes `--wait` answers for: every one queued into `dest` (per `records`
+/// of `ledger`) since the last `publish-waited` note for `dest`, and everything still queued
+/// there, so a job script's `--wait` fails for a publish rejected before it even started
+/// waiting. Pure.
+pub fn to_report(
+    records: &[Record],
+    ledger: &Path,
+    dest: &Path,
+    pending: &[Queued],
+) -> Vec<Waited> {
+    let dir = dest.display().to_string();
+    let since = records
+        .iter()
+        .rev()
+        .find(|r| {
+            r.kind == Kind::Note
+                && r.str_field("event") == Some(WAITED)
+                && r.str_field("dir") == Some(dir.as_str())
+        })
+        .map_or(0, |r| r.seq);
+    let mut out: Vec<Waited> = records
+        .iter()
+        .filter(|r| r.kind == Kind::PublishQueued && r.seq > since)
+        .filter(|r| {
+            r.str_field("target")
+                .is_some_and(|t| Path::new(t).parent() == Some(dest))
+        })
+        .filter_map(|r| {
+            Some(Waited {
+                id: r.str_field("queue_id")?.to_string(),
+                source: PathBuf::from(r.str_field("path").unwrap_or_default()),
+                target: PathBuf::from(r.str_field("target").unwrap_or_default()),
+                ended: None,
+                ledger: ledger.to_path_buf(),
+            })
+        })
+        .collect();
+    for q in pending {
+        if !out.iter().any(|w| w.id == q.id) {
+            out.push(Waited {
+                id: q.id.clone(),
+                source: q.source.clone(),
+                target: q.target.clone(),
+                ended: None,
+                ledger: q.request.ledger.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// Wait until none of `ids` is queued in `dest` any more (or `timeout` passes), starting a
 /// publisher whenever none runs (one that crashed is replaced, at most once a second).
-pub fn wait(dest: &Path, timeout: Option<Duration>, exe: Option<&Path>) -> Result<Vec<Waited>> {
-    let waiting = queue::pending(dest)?;
+pub fn wait_for(
+    dest: &Path,
+    ids: &[String],
+    timeout: Option<Duration>,
+    exe: Option<&Path>,
+) -> Result<()> {
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut last_start: Option<Instant> = None;
     loop {
         let now_pending = queue::pending(dest)?;
-        let left = waiting
+        let left = ids
             .iter()
-            .filter(|w| now_pending.iter().any(|p| p.id == w.id))
+            .filter(|id| now_pending.iter().any(|p| &p.id == *id))
             .count();
         if left == 0 || deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
+            return Ok(());
         }
         if !running(dest) && last_start.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
             if let Some(exe) = exe {
@@ -304,17 +364,28 @@ pub fn wait(dest: &Path, timeout: Option<Duration>, exe: Option<&Path>) -> Resul
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut out = Vec::new();
-    for q in waiting {
-        let records = Ledger::new(&q.request.ledger).records()?;
-        out.push(Waited {
-            ended: ended(&records, &q.id),
-            id: q.id,
-            source: q.source,
-            target: q.target,
-        });
+}
+
+/// `--wait`: what `to_report` lists, once none of it is queued any more (or at the timeout),
+/// with how each ended.
+pub fn wait(
+    dest: &Path,
+    ledger: &Ledger,
+    timeout: Option<Duration>,
+    exe: Option<&Path>,
+) -> Result<Vec<Waited>> {
+    let mut list = to_report(
+        &ledger.records()?,
+        ledger.path(),
+        dest,
+        &queue::pending(dest)?,
+    );
+    let ids: Vec<String> = list.iter().map(|w| w.id.clone()).collect();
+    wait_for(dest, &ids, timeout, exe)?;
+    for w in &mut list {
+        w.ended = ended(&Ledger::new(&w.ledger).records()?, &w.id);
     }
-    Ok(out)
+    Ok(list)
 }
 
 #[cfg(test)]
@@ -372,5 +443,40 @@ mod tests {
         );
         assert_eq!(ended(&r, "3"), None);
         assert_eq!(ended(&r, "4"), None);
+    }
+
+    #[test]
+    fn wait_answers_for_what_was_queued_since_the_last_wait_and_what_is_still_queued() {
+        let d = tempfile::tempdir().unwrap();
+        let l = Ledger::new(d.path().join("l.jsonl"));
+        let t = chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap();
+        let q = |id: &str, target: &str| {
+            Entry::new(Kind::PublishQueued, "publish", "r")
+                .field("queue_id", id)
+                .field("path", format!("/src/{id}"))
+                .field("target", target)
+        };
+        l.append(q("1", "/ck/a"), t).unwrap();
+        l.append(
+            Entry::new(Kind::Note, "publish", "r")
+                .field("event", WAITED)
+                .field("dir", "/ck"),
+            t,
+        )
+        .unwrap();
+        l.append(q("2", "/ck/b"), t).unwrap();
+        l.append(q("3", "/other/c"), t).unwrap();
+        let r = l.records().unwrap();
+        let ids = |w: Vec<Waited>| w.into_iter().map(|w| w.id).collect::<Vec<_>>();
+        assert_eq!(ids(to_report(&r, l.path(), Path::new("/ck"), &[])), ["2"]);
+        assert_eq!(
+            ids(to_report(&r, l.path(), Path::new("/other"), &[])),
+            ["3"]
+        );
+        // Before that wait, 1 was still to answer for.
+        assert_eq!(
+            ids(to_report(&r[..1], l.path(), Path::new("/ck"), &[])),
+            ["1"]
+        );
     }
 }

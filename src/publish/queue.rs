@@ -108,7 +108,14 @@ pub fn scan(dest: &Path) -> Result<(Vec<Queued>, Unreadable)> {
     let d = dir(dest);
     let rd = match std::fs::read_dir(&d) {
         Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(Default::default())
+        }
         Err(e) => return Err(e).with_context(|| format!("listing {}", d.display())),
     };
     let mut paths: Vec<PathBuf> = rd

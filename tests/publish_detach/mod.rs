@@ -143,7 +143,7 @@ fn detach_queues_durably_then_publishes_in_queue_order_and_a_blocking_publish_wa
             sha256_file(&env.path(&format!("ckpt-{i}.pt")))
         );
     }
-    // Nothing queued: --wait says so and succeeds.
+    // The last --wait answered for everything: nothing more to report.
     env.run(&["publish", "--wait", "--to", "ck", "--timeout", "5s"])
         .expect(0)
         .stdout_has("nothing queued");
@@ -243,6 +243,10 @@ fn a_killed_publisher_leaves_queued_work_that_the_next_command_resumes() {
     while roger::publish::publisher::running(&ck) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert!(
+        !roger::publish::publisher::running(&ck),
+        "the killed publisher let go of its lock"
+    );
     drop(lock);
     assert_eq!(
         queue_ids(&ck).len(),
@@ -250,9 +254,13 @@ fn a_killed_publisher_leaves_queued_work_that_the_next_command_resumes() {
         "the queued work survives its publisher"
     );
     // Any command that runs publish recovery resumes it and says so.
-    env.run(&["publish", "--verify", "--to", "ck"])
-        .expect(0)
-        .stderr_has("had no running publisher: resumed");
+    let out = env.run(&["publish", "--verify", "--to", "ck"]).expect(0);
+    assert!(
+        out.stderr().contains("had no running publisher: resumed"),
+        "{}\n--- publisher.log\n{}",
+        out.report(),
+        std::fs::read_to_string(ck.join(".roger-queue/publisher.log")).unwrap_or_default()
+    );
     env.run(&["publish", "--wait", "--to", "ck", "--timeout", "300s"])
         .expect(0)
         .stdout_has("published");
@@ -333,6 +341,8 @@ fn config_detach_queues_by_default_with_retention_and_no_detach_blocks() {
         "roger.toml",
         "[run]\nname = \"llama\"\ncheckpoint_dir = \"ckpts\"\nledger = \"logs/ledger.jsonl\"\n[publish]\nkeep_last = 1\nmargin = \"1MiB\"\ndetach = true\n",
     );
+    // Both are queued before the publisher may start (it waits behind the lock).
+    let lock = hold_publish_lock(&env.path("ckpts"));
     for step in [10, 20] {
         let name = format!("ckpt-{step}.pt");
         env.write(&name, torch_zip(1000, step as u8));
@@ -341,6 +351,7 @@ fn config_detach_queues_by_default_with_retention_and_no_detach_blocks() {
             .stdout_has("queued")
             .stderr_has("roger: queued");
     }
+    drop(lock);
     env.run(&["publish", "--wait", "--timeout", "300s"])
         .expect(0)
         .stdout_has("published");
@@ -356,10 +367,17 @@ fn config_detach_queues_by_default_with_retention_and_no_detach_blocks() {
             "publish_queued",
             "publish",
             "publish",
-            "prune"
+            "prune",
+            "note"
         ]
     );
     assert!(recs.iter().all(|r| r["run"] == "llama"));
+    let waited = recs.last().unwrap();
+    assert_eq!(waited["event"], "publish-waited");
+    assert_eq!(
+        (waited["published"].as_u64(), waited["rejected"].as_u64()),
+        (Some(2), Some(0))
+    );
     env.write("ckpt-30.pt", torch_zip(1000, 30));
     env.run(&["publish", "ckpt-30.pt", "--no-detach"])
         .expect(0)
