@@ -64,11 +64,13 @@ pub fn running(dest: &Path) -> bool {
     matches!(queue::try_lock_publisher(dest), Ok(None))
 }
 
-/// The roger binary to start a publisher with: this process when it is roger (never a test
-/// harness or a benchmark that links the library).
+/// The roger binary to start a publisher with: this process (never the library's own unit
+/// test harness).
 pub fn roger_exe() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    (exe.file_name()? == "roger").then_some(exe)
+    if cfg!(test) {
+        return None;
+    }
+    std::env::current_exe().ok()
 }
 
 /// Start `roger publish --drain --to DEST` in its own session, stdout and stderr appended to
@@ -347,6 +349,9 @@ pub fn wait_for(
 ) -> Result<()> {
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut last_start: Option<Instant> = None;
+    // Publishers started in a row while nothing left the queue: one that fails at once
+    // every time (an unwritable ledger) must not keep the caller waiting forever.
+    let (mut stalled, mut left_at_start) = (0, usize::MAX);
     loop {
         let now_pending = queue::pending(dest)?;
         let left = ids
@@ -357,6 +362,15 @@ pub fn wait_for(
             return Ok(());
         }
         if !running(dest) && last_start.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            stalled = if left < left_at_start { 0 } else { stalled + 1 };
+            if stalled > 5 {
+                anyhow::bail!(
+                    "{left} queued publish(es) in {} are not progressing: {stalled} publishers in a row stopped without finishing one (see {})",
+                    dest.display(),
+                    queue::dir(dest).join(queue::LOG).display()
+                );
+            }
+            left_at_start = left;
             if let Some(exe) = exe {
                 spawn(dest, exe)?;
             }
