@@ -9,6 +9,7 @@ pub mod hygiene;
 pub mod ledger;
 pub mod probe;
 pub mod publish;
+pub mod publish_queue;
 pub mod quarantine;
 pub mod watch;
 

@@ -181,7 +181,7 @@ impl DiskProbe for FakeFree {
     }
 }
 
-fn disk_probe() -> Result<Box<dyn DiskProbe>> {
+pub(super) fn disk_probe() -> Result<Box<dyn DiskProbe>> {
     match std::env::var("ROGER_FAKE_FREE_BYTES") {
         Ok(v) => Ok(Box::new(FakeFree(v.trim().parse().map_err(|_| {
             anyhow!("ROGER_FAKE_FREE_BYTES={v:?}: expected a byte count")
@@ -193,14 +193,14 @@ fn disk_probe() -> Result<Box<dyn DiskProbe>> {
 pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
     if args.drain {
         let dest = args.to.clone().expect("clap requires --to with --drain");
-        return drain(&dest, args.json);
+        return super::publish_queue::drain(&dest, args.json);
     }
     let t = resolve(global, &args)?;
     if args.verify {
         return verify(&t, args.src.as_deref(), args.json);
     }
     if args.wait {
-        return wait(&t.dest, &t.ledger, &t.run, args.timeout, args.json);
+        return super::publish_queue::wait(&t.dest, &t.ledger, &t.run, args.timeout, args.json);
     }
     let detach = args.detach || (t.detach && !args.no_detach);
     let src = args
@@ -221,7 +221,7 @@ pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
         queue: None,
     };
     if detach {
-        return queue_it(&req, args.json);
+        return super::publish_queue::queue_it(&req, args.json);
     }
     // Queued publishes go first: a blocking publish never overtakes them (latest.json would
     // go back to an older step when they land).
@@ -245,150 +245,6 @@ pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
         outln!("{}", serde_json::to_string(&outcome)?);
     } else {
         print_human(&outcome);
-    }
-    Ok(exit::DONE)
-}
-
-/// `--detach`: queue, start the publisher, return.
-fn queue_it(req: &Request, json: bool) -> Result<u8> {
-    let q = publish::queue::enqueue(req, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
-    let dest = q.request.dest.clone();
-    let started = match publish::publisher::roger_exe()
-        .filter(|_| std::env::var_os("ROGER_DETACH_NO_PUBLISHER").is_none())
-    {
-        Some(exe) => publish::publisher::spawn(&dest, &exe).map(Some),
-        None => Ok(None),
-    };
-    let how = match (&q.snapshot, &q.no_snapshot) {
-        (Some(_), _) => "reflink snapshot taken: the source may be reused now".to_string(),
-        _ if q.in_place => "in place".to_string(),
-        (None, why) => format!(
-            "{}: leave the source untouched until it is published",
-            why.as_deref().unwrap_or("no reflink snapshot")
-        ),
-    };
-    eprintln!(
-        "roger: queued {} for {} ({} bytes in {} file(s), queue id {}; {how})",
-        q.source.display(),
-        q.target.display(),
-        q.size,
-        q.files,
-        q.id
-    );
-    if let Err(e) = &started {
-        eprintln!(
-            "roger: warning: could not start the background publisher ({e:#}); the next roger publish, publish --wait, hygiene disk or watch starts it"
-        );
-    }
-    if json {
-        outln!(
-            "{}",
-            serde_json::json!({
-                "queued": q.id,
-                "source": q.source,
-                "target": q.target,
-                "size": q.size,
-                "files": q.files,
-                "step": q.step,
-                "snapshot": q.snapshot.is_some(),
-                "no_snapshot": q.no_snapshot,
-                "publisher_pid": started.ok().flatten(),
-            })
-        );
-    } else {
-        outln!("queued {} -> {}", q.source.display(), q.target.display());
-        outln!("  queue id {}; {how}", q.id);
-    }
-    Ok(exit::DONE)
-}
-
-/// `--wait`: until what was queued in DEST since the last `--wait` has ended; exit 1 when
-/// one was rejected or time ran out. Closed with a `publish-waited` note.
-fn wait(
-    dest: &Path,
-    ledger: &Path,
-    run: &str,
-    timeout: Option<std::time::Duration>,
-    json: bool,
-) -> Result<u8> {
-    let Ok(dest) = std::fs::canonicalize(dest) else {
-        if json {
-            outln!("[]");
-        } else {
-            outln!("nothing queued in {}", dest.display());
-        }
-        return Ok(exit::DONE);
-    };
-    let ledger = Ledger::new(ledger);
-    let waited = publish::publisher::wait(
-        &dest,
-        &ledger,
-        timeout,
-        publish::publisher::roger_exe().as_deref(),
-    )?;
-    use publish::publisher::Ended;
-    if json {
-        outln!("{}", serde_json::to_string(&waited)?);
-    } else if waited.is_empty() {
-        outln!("nothing queued in {} since the last --wait", dest.display());
-    }
-    if !waited.is_empty() {
-        let count = |f: fn(&Option<Ended>) -> bool| waited.iter().filter(|w| f(&w.ended)).count();
-        ledger.append(
-            crate::ledger::Entry::new(Kind::Note, "publish", run)
-                .field("event", publish::publisher::WAITED)
-                .field("dir", dest.display().to_string())
-                .field(
-                    "published",
-                    count(|e| matches!(e, Some(Ended::Published { .. }))),
-                )
-                .field(
-                    "rejected",
-                    count(|e| matches!(e, Some(Ended::Rejected { .. }))),
-                )
-                .field("still_queued", count(|e| e.is_none())),
-            chrono::Utc::now(),
-        )?;
-    }
-    let mut failed = 0;
-    for w in &waited {
-        let line = match &w.ended {
-            Some(Ended::Published { path, .. }) => format!("published {path}"),
-            Some(Ended::Rejected { reason, .. }) => {
-                failed += 1;
-                format!("rejected {}: {reason}", w.source.display())
-            }
-            None => {
-                failed += 1;
-                format!("still queued: {} (queue id {})", w.source.display(), w.id)
-            }
-        };
-        if !json {
-            outln!("{line}");
-        }
-    }
-    if failed > 0 {
-        bail!(
-            "{failed} of {} queued publish(es) in {} {}",
-            waited.len(),
-            dest.display(),
-            if waited.iter().any(|w| w.ended.is_none()) {
-                "did not finish in time or were rejected (see above and the ledger)"
-            } else {
-                "were rejected (see above and the ledger)"
-            }
-        );
-    }
-    Ok(exit::DONE)
-}
-
-/// The hidden `--drain`: this process is the destination's background publisher.
-fn drain(dest: &Path, json: bool) -> Result<u8> {
-    let dest =
-        std::fs::canonicalize(dest).with_context(|| format!("destination {}", dest.display()))?;
-    let done = publish::publisher::drain(&dest, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
-    if json {
-        outln!("{}", serde_json::to_string(&done)?);
     }
     Ok(exit::DONE)
 }

@@ -17,9 +17,11 @@ pub mod manifest;
 pub mod names;
 pub mod parallel;
 pub mod place;
+pub mod preflight;
 pub mod progress;
 pub mod publisher;
 pub mod queue;
+pub mod record;
 pub mod recover;
 pub mod reflink;
 pub mod retention;
@@ -34,6 +36,8 @@ use crate::sys::Clock;
 use anyhow::{bail, Context, Result};
 use copy::DirSync;
 use manifest::Latest;
+pub use preflight::{preflight, Preflight};
+pub use record::{measured, with_fields};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -163,72 +167,6 @@ pub fn check_space(
         );
     }
     Ok(())
-}
-
-/// What publish checks before it touches the destination: the source's name, layout,
-/// files (size, mtime) and formats, and whether it already sits in the destination.
-pub struct Preflight {
-    pub src: PathBuf,
-    pub name: String,
-    pub layout: Layout,
-    pub before: Vec<source::SrcFile>,
-    pub formats: Vec<formats::Format>,
-    pub size: u64,
-    pub dest_abs: PathBuf,
-    pub in_place: bool,
-}
-
-pub fn preflight(req: &Request) -> Result<Preflight> {
-    let src = std::fs::canonicalize(&req.src)
-        .with_context(|| format!("source checkpoint {}", req.src.display()))?;
-    let name = names::file_name(&src)?;
-    let own: Vec<&Path> = [Some(req.ledger.as_path()), req.config.as_deref()]
-        .into_iter()
-        .flatten()
-        .chain([req.quarantine_dir.as_path()])
-        .collect();
-    if let Some(why) = names::owned(&name, &req.dest, &own) {
-        bail!(
-            "{}: cannot publish a checkpoint named {name:?} into {}: that name is roger's own there ({why}); nothing was touched (rename the checkpoint)",
-            src.display(),
-            req.dest.display()
-        );
-    }
-    let layout = source::layout(&src)?;
-    let before = source::snapshot(&src, layout)?;
-    if let Some(t) = &req.queue {
-        if let Some(what) = source::diff(&t.expected(&src), &before) {
-            bail!(
-                "{}: the source changed after it was queued ({what}) and before it was copied: the caller must leave it untouched until it is published (or use a filesystem with reflinks, where roger snapshots it)",
-                src.display()
-            );
-        }
-    }
-    let formats = before
-        .iter()
-        .map(|f| formats::validate(&f.path))
-        .collect::<Result<Vec<_>>>()?;
-    let size: u64 = before.iter().map(|f| f.size).sum();
-    let dest_abs = std::path::absolute(&req.dest)
-        .with_context(|| format!("destination {}", req.dest.display()))?;
-    if dest_abs.exists() && !dest_abs.is_dir() {
-        bail!(
-            "destination {} is not a directory: expected the checkpoint directory (--to DIR or [run] checkpoint_dir)",
-            dest_abs.display()
-        );
-    }
-    let in_place =
-        dest_abs.exists() && src.parent() == Some(std::fs::canonicalize(&dest_abs)?.as_path());
-    Ok(Preflight {
-        src,
-        name,
-        layout,
-        before,
-        formats,
-        size,
-        dest_abs,
-        in_place,
-    })
 }
 
 pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result<Outcome> {
@@ -436,51 +374,6 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         ledger_seq: rec.seq,
         timings_ms: timings,
     })
-}
-
-/// `entry` with more fields.
-pub fn with_fields(
-    entry: Entry,
-    fields: impl IntoIterator<Item = (&'static str, serde_json::Value)>,
-) -> Entry {
-    fields.into_iter().fold(entry, |e, (k, v)| e.field(k, v))
-}
-
-/// What a `publish` record says about speed (so the report's goodput and the preemption
-/// check read real numbers) and, for a queued publish, its queue id and time in the queue.
-/// Pure.
-pub fn measured(
-    size: u64,
-    took: std::time::Duration,
-    queue: Option<&queue::Ticket>,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Vec<(&'static str, serde_json::Value)> {
-    let secs = took.as_secs_f64();
-    let mut f = vec![
-        (
-            "duration_s",
-            serde_json::json!((secs * 1000.0).round() / 1000.0),
-        ),
-        (
-            "bytes_per_s",
-            serde_json::json!(if secs > 0.0 {
-                (size as f64 / secs) as u64
-            } else {
-                0
-            }),
-        ),
-    ];
-    if let Some(t) = queue {
-        f.push(("queue_id", serde_json::json!(t.id)));
-        f.push(("queued_at", serde_json::json!(t.queued_at)));
-        if let Ok(q) = chrono::DateTime::parse_from_rfc3339(&t.queued_at) {
-            let waited = (now - q.with_timezone(&chrono::Utc))
-                .num_milliseconds()
-                .max(0);
-            f.push(("queued_s", serde_json::json!(waited as f64 / 1000.0)));
-        }
-    }
-    f
 }
 
 /// A published checkpoint re-hashed from disk (cache dropped first), for `--verify`.
