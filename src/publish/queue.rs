@@ -382,11 +382,6 @@ pub fn enqueue(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         let _ = remove(&dest, &q);
         return Err(e).context("recording the queued publish; nothing was queued");
     }
-    if q.snapshot.is_none() && !q.in_place {
-        if let Some(why) = &q.no_snapshot {
-            tracing::debug!("{why}");
-        }
-    }
     Ok(q)
 }
 
