@@ -17,6 +17,7 @@ mod ledger;
 mod powercut;
 mod probe;
 mod publish;
+mod publish_detach;
 mod quarantine;
 mod read_less;
 mod real_configs;

@@ -10,6 +10,7 @@ pub mod init;
 pub mod ledger;
 pub mod probe;
 pub mod publish;
+pub mod publish_queue;
 pub mod quarantine;
 pub mod report;
 pub mod status;

@@ -35,14 +35,16 @@ Test-only environment knobs (for crash-safety tests, never set in production):
                               after_rename, before_ledger, after_ledger, before_manifest,
                               after_manifest, after_prune_record
   ROGER_FAULT_TRUNCATE_AFTER_FSYNC=BYTES   truncate the staging copy after its fsync
-  ROGER_FAKE_FREE_BYTES=BYTES the free space the destination reports";
+  ROGER_FAULT_TRUNCATE_ONLY=NAME           ... only the staging file named NAME (one shard)
+  ROGER_FAKE_FREE_BYTES=BYTES the free space the destination reports
+  ROGER_DETACH_NO_PUBLISHER=1 --detach only queues (starts no publisher)";
 
 #[derive(Debug, Args)]
 #[command(after_help = AFTER_HELP)]
 pub struct PublishArgs {
     /// Checkpoint file or directory (HF `checkpoint-N/`, torch DCP) to publish. With
     /// --verify: the published checkpoint to check (default: what latest.json points to).
-    #[arg(value_name = "PATH", required_unless_present = "verify")]
+    #[arg(value_name = "PATH", required_unless_present_any = ["verify", "wait", "drain"])]
     pub src: Option<PathBuf>,
     /// Destination directory (default: the config's [run] checkpoint_dir; required without a
     /// config).
@@ -65,9 +67,31 @@ pub struct PublishArgs {
     /// Prune nothing this time.
     #[arg(long, conflicts_with_all = ["keep_last", "keep_every"])]
     pub no_prune: bool,
+    /// Queue the publish and return at once (a `publish_queued` record; the source must stay
+    /// untouched until published, unless a reflink snapshot was taken): a background publisher
+    /// copies, verifies and publishes in queue order. Default: [publish] detach.
+    #[arg(long, conflicts_with_all = ["verify", "wait"])]
+    pub detach: bool,
+    /// Publish now, in the foreground, even with [publish] detach = true.
+    #[arg(long, conflicts_with_all = ["detach", "verify", "wait"])]
+    pub no_detach: bool,
+    /// Wait until every publish queued in DIR has been published or rejected (for the end of
+    /// a job script); exit 1 if one was rejected or --timeout passed.
+    #[arg(long, conflicts_with_all = ["verify", "step", "keep_last", "keep_every", "no_prune"])]
+    pub wait: bool,
+    /// With --wait: give up after this long (e.g. 30m; default: no limit).
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = parse_timeout)]
+    pub timeout: Option<std::time::Duration>,
+    /// Internal: the background publisher of --to DIR (started by --detach).
+    #[arg(long, hide = true, requires = "to", conflicts_with_all = ["verify", "wait", "detach"])]
+    pub drain: bool,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    crate::config::units::parse_duration(s)
 }
 
 /// Where and under which run a publish goes, from config or flags.
@@ -80,6 +104,7 @@ struct Target {
     quarantine_dir: PathBuf,
     rollback_margin: u64,
     config: Option<PathBuf>,
+    detach: bool,
 }
 
 fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
@@ -109,6 +134,7 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
             quarantine_dir: c.quarantine_dir(),
             rollback_margin: c.watch.rollback_margin_steps,
             config: Some(c.path.clone()),
+            detach: c.publish.detach,
         },
         None => {
             // `--verify PATH` names the directory itself: PATH's own, whose ledger holds
@@ -138,6 +164,7 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
                 quarantine_dir: abs.join(".roger").join("quarantine"),
                 rollback_margin: 0,
                 config: None,
+                detach: false,
             }
         }
     };
@@ -159,7 +186,7 @@ impl DiskProbe for FakeFree {
     }
 }
 
-fn disk_probe() -> Result<Box<dyn DiskProbe>> {
+pub(super) fn disk_probe() -> Result<Box<dyn DiskProbe>> {
     match std::env::var("ROGER_FAKE_FREE_BYTES") {
         Ok(v) => Ok(Box::new(FakeFree(v.trim().parse().map_err(|_| {
             anyhow!("ROGER_FAKE_FREE_BYTES={v:?}: expected a byte count")
@@ -169,14 +196,22 @@ fn disk_probe() -> Result<Box<dyn DiskProbe>> {
 }
 
 pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
+    if args.drain {
+        let dest = args.to.clone().expect("clap requires --to with --drain");
+        return super::publish_queue::drain(&dest, args.json);
+    }
     let t = resolve(global, &args)?;
     if args.verify {
         return verify(&t, args.src.as_deref(), args.json);
     }
+    if args.wait {
+        return super::publish_queue::wait(&t.dest, &t.ledger, &t.run, args.timeout, args.json);
+    }
+    let detach = args.detach || (t.detach && !args.no_detach);
     let src = args
         .src
         .clone()
-        .expect("clap requires PATH without --verify");
+        .expect("clap requires PATH without --verify/--wait");
     let req = Request {
         src,
         dest: t.dest,
@@ -188,8 +223,29 @@ pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
         quarantine_dir: t.quarantine_dir,
         rollback_margin: t.rollback_margin,
         config: t.config,
+        queue: None,
     };
+    if detach {
+        return super::publish_queue::queue_it(&req, args.json);
+    }
+    // Queued publishes go first: a blocking publish never overtakes them (latest.json would
+    // go back to an older step when they land).
+    if let Some(dest) = std::fs::canonicalize(&req.dest).ok().filter(|d| d.is_dir()) {
+        let queued = publish::queue::pending(&dest)?;
+        if !queued.is_empty() {
+            eprintln!(
+                "roger: {} queued publish(es) in {} go first; waiting for them",
+                queued.len(),
+                dest.display()
+            );
+            let ids: Vec<String> = queued.into_iter().map(|q| q.id).collect();
+            let exe = publish::publisher::roger_exe();
+            publish::publisher::wait_for(&dest, &ids, None, exe.as_deref())?;
+        }
+    }
+    let _progress = publish::progress::on_terminal();
     let outcome = publish::publish(&req, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
+    drop(_progress);
     if args.json {
         outln!("{}", serde_json::to_string(&outcome)?);
     } else {

@@ -15,6 +15,8 @@ pub struct PublishConfig {
     pub keep_every: u64,
     /// Free space required beyond the checkpoint's own size.
     pub margin: Bytes,
+    /// `roger publish` queues the publish and returns at once (as `--detach`).
+    pub detach: bool,
 }
 
 impl Default for PublishConfig {
@@ -23,6 +25,7 @@ impl Default for PublishConfig {
             keep_last: 3,
             keep_every: 0,
             margin: Bytes(256 << 20),
+            detach: false,
         }
     }
 }

@@ -134,6 +134,7 @@ mod tests {
             keep_last,
             keep_every: 0,
             margin: Bytes(0),
+            ..Default::default()
         }
     }
 

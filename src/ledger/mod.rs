@@ -35,6 +35,10 @@ pub enum Kind {
     Relaunch,
     Breaker,
     Publish,
+    /// `roger publish --detach`: a publish is durable as an intent (its source's size and
+    /// mtime); a `publish` or a `publish-rejected` note with the same `queue_id` ends it.
+    #[serde(rename = "publish_queued")]
+    PublishQueued,
     Prune,
     Quarantine,
     Release,
@@ -49,12 +53,13 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::Verdict,
         Kind::Kill,
         Kind::Relaunch,
         Kind::Breaker,
         Kind::Publish,
+        Kind::PublishQueued,
         Kind::Prune,
         Kind::Quarantine,
         Kind::Release,
@@ -74,6 +79,7 @@ impl Kind {
             Kind::Relaunch => "relaunch",
             Kind::Breaker => "breaker",
             Kind::Publish => "publish",
+            Kind::PublishQueued => "publish_queued",
             Kind::Prune => "prune",
             Kind::Quarantine => "quarantine",
             Kind::Release => "release",

@@ -178,6 +178,7 @@ pub fn verify(files: &[(PathBuf, &Marks)]) -> Result<Vec<Check>> {
                         };
                         let (path, marks) = &files[i];
                         let (read, ok, direct) = segment(path, marks, seg, buf)?;
+                        super::progress::add(read);
                         let mut c = checks.lock().expect("checks");
                         let c = &mut c[i];
                         c.bytes_read += read;

@@ -133,14 +133,18 @@ pub fn copy_file(src: &Path, dst: &Path) -> Result<Marks> {
         .open(dst)
         .with_context(|| format!("creating staging file {}", dst.display()))?;
     let mut writer = direct::StagingWriter::new(out);
-    let marks = pump(input, |chunk| writer.write_chunk(chunk))
-        .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    let marks = pump(input, |chunk| {
+        writer.write_chunk(chunk)?;
+        super::progress::add(chunk.len() as u64);
+        Ok(())
+    })
+    .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
     let out = writer
         .finish()
         .with_context(|| format!("writing {}", dst.display()))?;
     failpoint::hit("after_staging_write");
     fsync_once(&out, dst)?;
-    if let Some(len) = failpoint::truncate_after_fsync() {
+    if let Some(len) = failpoint::truncate_after_fsync(dst) {
         // Test-only: the WSL failure, bytes lost after fsync said they were safe.
         out.set_len(len)
             .with_context(|| format!("test fault: truncating {}", dst.display()))?;

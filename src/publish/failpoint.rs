@@ -8,6 +8,8 @@ use std::sync::OnceLock;
 
 pub const ENV: &str = "ROGER_FAILPOINT";
 pub const TRUNCATE_ENV: &str = "ROGER_FAULT_TRUNCATE_AFTER_FSYNC";
+/// With `TRUNCATE_ENV`: only the staging file whose name is this one (one shard of many).
+pub const TRUNCATE_ONLY_ENV: &str = "ROGER_FAULT_TRUNCATE_ONLY";
 
 /// Every failpoint, in the order publish passes them.
 pub const ALL: &[&str] = &[
@@ -42,6 +44,12 @@ pub fn hit(name: &str) {
 }
 
 /// The length to truncate a staging file to after its fsync, when the fault is switched on.
-pub fn truncate_after_fsync() -> Option<u64> {
-    std::env::var(TRUNCATE_ENV).ok()?.trim().parse().ok()
+pub fn truncate_after_fsync(staging: &std::path::Path) -> Option<u64> {
+    let len = std::env::var(TRUNCATE_ENV).ok()?.trim().parse().ok()?;
+    match std::env::var(TRUNCATE_ONLY_ENV) {
+        Ok(only) if !only.is_empty() => {
+            (staging.file_name().and_then(|n| n.to_str()) == Some(only.as_str())).then_some(len)
+        }
+        _ => Some(len),
+    }
 }

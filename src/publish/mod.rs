@@ -15,8 +15,15 @@ pub mod failpoint;
 pub mod formats;
 pub mod manifest;
 pub mod names;
+pub mod parallel;
 pub mod place;
+pub mod preflight;
+pub mod progress;
+pub mod publisher;
+pub mod queue;
+pub mod record;
 pub mod recover;
+pub mod reflink;
 pub mod retention;
 pub mod source;
 
@@ -29,11 +36,13 @@ use crate::sys::Clock;
 use anyhow::{bail, Context, Result};
 use copy::DirSync;
 use manifest::Latest;
+pub use preflight::{preflight, Preflight};
+pub use record::{measured, with_fields};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// What to publish where, as plain values (the CLI builds it).
-#[derive(Debug, Clone)]
+/// What to publish where, as plain values (the CLI builds it; a queue entry stores it).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Request {
     pub src: PathBuf,
     pub dest: PathBuf,
@@ -53,6 +62,10 @@ pub struct Request {
     pub rollback_margin: u64,
     /// The config file, if any: a name roger owns when it lives in the destination.
     pub config: Option<PathBuf>,
+    /// Set when this publish was queued by `--detach`: the source must still be what was
+    /// queued, and the records carry the queue id.
+    #[serde(default)]
+    pub queue: Option<queue::Ticket>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -160,42 +173,16 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     let started = std::time::Instant::now();
     let ms = |t: std::time::Instant| t.elapsed().as_millis() as u64;
     let mut timings = Timings::default();
-    let src = std::fs::canonicalize(&req.src)
-        .with_context(|| format!("source checkpoint {}", req.src.display()))?;
-    let name = names::file_name(&src)?;
-    let own: Vec<&Path> = [Some(req.ledger.as_path()), req.config.as_deref()]
-        .into_iter()
-        .flatten()
-        .chain([req.quarantine_dir.as_path()])
-        .collect();
-    if let Some(why) = names::owned(&name, &req.dest, &own) {
-        bail!(
-            "{}: cannot publish a checkpoint named {name:?} into {}: that name is roger's own there ({why}); nothing was touched (rename the checkpoint)",
-            src.display(),
-            req.dest.display()
-        );
-    }
-    let layout = source::layout(&src)?;
-    let before = source::snapshot(&src, layout)?;
-    let formats = before
-        .iter()
-        .map(|f| formats::validate(&f.path))
-        .collect::<Result<Vec<_>>>()?;
-    let size: u64 = before.iter().map(|f| f.size).sum();
-    let dest_abs = std::path::absolute(&req.dest)
-        .with_context(|| format!("destination {}", req.dest.display()))?;
-    if dest_abs.exists() && !dest_abs.is_dir() {
-        bail!(
-            "destination {} is not a directory: expected the checkpoint directory (--to DIR or [run] checkpoint_dir)",
-            dest_abs.display()
-        );
-    }
-    // Before any byte is copied: a publish must never land without its ledger record.
-    Ledger::new(&req.ledger)
-        .check_writable()
-        .context("nothing was published")?;
-    let in_place =
-        dest_abs.exists() && src.parent() == Some(std::fs::canonicalize(&dest_abs)?.as_path());
+    let Preflight {
+        src,
+        name,
+        layout,
+        before,
+        formats,
+        size,
+        dest_abs,
+        in_place,
+    } = preflight(req)?;
     let mut free_before = None;
     if !in_place {
         let space = disk.space(&dest_abs)?;
@@ -227,6 +214,7 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         files: digests.len(),
         in_place,
         run: req.run.clone(),
+        queue_id: req.queue.as_ref().map(|t| t.id.clone()),
         published_at: clock
             .now()
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
@@ -244,11 +232,13 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         (digests, reread, dirsync, intent)
     } else {
         let mut staging = place::Staging::new(dest.join(names::staging_name(&name)));
+        progress::begin(progress::Phase::Copy, size);
         let written = place::copy_in(&before, layout, staging.path())?;
         failpoint::hit("after_fsync");
         timings.copy = ms(t);
         source::unchanged(&src, layout, &before)?;
         let t = std::time::Instant::now();
+        progress::begin(progress::Phase::Verify, size);
         let (checks, reread) = place::reread(&written, layout, staging.path())?;
         timings.verify = ms(t);
         let written: Vec<FileDigest> = written.into_iter().map(|(d, _)| d).collect();
@@ -257,12 +247,17 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
             let set_aside = place::set_aside_bad_copy(staging.path(), &dest, &name, clock.now())?;
             let evidence = quarantine_bad_copy(req, &set_aside, &why, &ledger, clock)?;
             ledger.append(
-                Entry::new(Kind::Note, "publish", &req.run)
-                    .step(step)
-                    .field("event", "publish-rejected")
-                    .field("path", target.display().to_string())
-                    .field("evidence", evidence.display().to_string())
-                    .field("reason", &why),
+                with_fields(
+                    Entry::new(Kind::Note, "publish", &req.run)
+                        .step(step)
+                        .field("event", "publish-rejected")
+                        .field("path", target.display().to_string())
+                        .field("evidence", evidence.display().to_string())
+                        .field("reason", &why),
+                    req.queue
+                        .iter()
+                        .map(|t| ("queue_id", serde_json::json!(t.id))),
+                ),
                 clock.now(),
             )?;
             bail!(
@@ -310,7 +305,8 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     let now = clock.now();
     let rec = ledger
         .append(
-            recover::publish_entry(
+            with_fields(
+                recover::publish_entry(
                 &req.run,
                 step,
                 &target,
@@ -321,6 +317,8 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
                 &dest,
                 in_place,
                 dirsync.text(),
+            ),
+                measured(size, started.elapsed(), req.queue.as_ref(), now),
             ),
             now,
         )

@@ -40,6 +40,10 @@ pub struct Intent {
     pub files: usize,
     pub in_place: bool,
     pub run: String,
+    /// Set for a queued (`--detach`) publish: a repaired record carries it, so the publisher
+    /// knows the queued publish ended and does not do it twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_id: Option<String>,
     /// RFC 3339; becomes latest.json's `published_at`.
     pub published_at: String,
 }
@@ -164,6 +168,10 @@ pub fn try_recover(dest: &Path, ledger: &Ledger, run: &str, source: &str, now: D
             dest.display()
         );
     }
+    // Queued (--detach) publishes whose publisher died: start one.
+    if let Ok(dest) = std::fs::canonicalize(dest) {
+        super::publisher::resume(&dest);
+    }
 }
 
 fn needs_recovery(dest: &Path, ledger: &Ledger) -> Result<bool> {
@@ -205,9 +213,14 @@ pub fn recover(
                         i.sha256
                     );
                     log.record(
-                        publish_entry(
-                            &i.run, i.step, &target, &i.sha256, i.size, i.layout, i.files, dest,
-                            i.in_place, "ok",
+                        super::with_fields(
+                            publish_entry(
+                                &i.run, i.step, &target, &i.sha256, i.size, i.layout, i.files,
+                                dest, i.in_place, "ok",
+                            ),
+                            i.queue_id
+                                .iter()
+                                .map(|q| ("queue_id", serde_json::json!(q))),
                         ),
                         what,
                     )?;

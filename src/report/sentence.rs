@@ -133,6 +133,14 @@ pub fn sentence(r: &Record) -> String {
                 crate::digest::short(h)
             ))
         ),
+        Kind::PublishQueued => format!(
+            "queued {} ({}){} for the background publisher as {} (snapshot: {})",
+            s(r, "path"),
+            bytes(r.u64_field("size")),
+            at_step(r),
+            s(r, "queue_id"),
+            s(r, "snapshot")
+        ),
         Kind::Prune => format!(
             "pruned {} ({}){}: {}",
             s(r, "path"),

@@ -5,6 +5,7 @@
 //! with only the durable state, and checks what the disk holds and what the next commands
 //! make of it. Skips (with a message) where FUSE cannot be mounted.
 
+mod detach;
 mod fs;
 mod publish;
 mod state;
@@ -68,8 +69,14 @@ impl Rig {
 
     /// `roger ARGS` with the temp dir as working directory.
     pub fn roger(&self, args: &[&str]) -> Run {
+        self.roger_with(args, &[])
+    }
+
+    /// `roger ARGS` with extra environment variables.
+    pub fn roger_with(&self, args: &[&str], envs: &[(&str, &str)]) -> Run {
         let mut c = Command::new(roger_bin());
         c.args(args)
+            .envs(envs.iter().copied())
             .current_dir(self.dir.path())
             .env_remove("ROGER_CONFIG")
             .env_remove("RUST_LOG")

@@ -257,6 +257,7 @@ fn policy(keep_last: usize, keep_every: u64) -> PublishConfig {
         keep_last,
         keep_every,
         margin: Bytes(0),
+        ..Default::default()
     }
 }
 

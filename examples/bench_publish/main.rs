@@ -7,6 +7,17 @@
 //! starts from a cold cache; otherwise it says it could not. roger is timed through the
 //! library (`roger::publish::publish`), the same code the command runs, verify-from-disk
 //! included.
+//!
+//! Two more modes (build the binary too: `cargo build --release --bin roger --example
+//! bench_publish`):
+//! - `bench_publish detach SIZE_MIB REPS [DIR]`: how long the caller of `roger publish
+//!   --detach` (the real binary) is blocked, and when the queue has drained, against a
+//!   blocking `roger publish` of the same file; medians.
+//! - `bench_publish sharded SIZE_MIB REPS [DIR]`: an 8-shard directory of SIZE in total,
+//!   published by roger (several shards in flight), against a parallel `cp -r && sync` (one
+//!   `cp` per shard at once) and against roger publishing one file of the same size.
+
+mod modes;
 
 use roger::publish::{publish, Request};
 use roger::sys::disk::RealDisk;
@@ -17,12 +28,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn drop_caches() -> bool {
+pub fn drop_caches() -> bool {
     let _ = Command::new("sync").status();
     std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
 }
 
-fn sh(script: &str) {
+pub fn sh(script: &str) {
     let st = Command::new("sh")
         .arg("-c")
         .arg(script)
@@ -40,22 +51,22 @@ fn cpu(who: i32) -> f64 {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
-fn loadavg() -> String {
+pub fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
+pub fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
 }
 
-fn gbps(bytes: u64, d: Duration) -> f64 {
+pub fn gbps(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / 1e9
 }
 
-fn write_source(path: &Path, size: u64) {
+pub fn write_source(path: &Path, size: u64) {
     let mut f = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(path).unwrap());
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     let mut buf = vec![0u8; 1 << 20];
@@ -73,6 +84,11 @@ fn write_source(path: &Path, size: u64) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("detach") => return modes::detach(&args[1..]),
+        Some("sharded") => return modes::sharded(&args[1..]),
+        _ => {}
+    }
     let mib: u64 = args.first().map_or(1024, |s| s.parse().expect("SIZE_MIB"));
     let reps: usize = args.get(1).map_or(3, |s| s.parse().expect("REPS"));
     let root = args.get(2).map_or_else(
@@ -138,6 +154,7 @@ fn main() {
             quarantine_dir: root.join(format!("roger-{rep}/.roger/quarantine")),
             rollback_margin: 0,
             config: None,
+            queue: None,
         };
         drop_caches();
         let c0 = cpu(libc::RUSAGE_SELF);

@@ -1,0 +1,154 @@
+//! `roger publish --detach` (queue, start the background publisher, return), `--wait` (until
+//! what was queued since the last --wait has ended) and the hidden `--drain` (this process is
+//! the destination's background publisher). Flags in, `publish::queue`/`publisher` do the work.
+
+use super::publish::disk_probe;
+use crate::ledger::{Kind, Ledger};
+use crate::publish::{self, Request};
+use crate::{exit, outln};
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+
+/// `--detach`: queue, start the publisher, return.
+pub(super) fn queue_it(req: &Request, json: bool) -> Result<u8> {
+    let q = publish::queue::enqueue(req, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
+    let dest = q.request.dest.clone();
+    let started = match publish::publisher::roger_exe()
+        .filter(|_| std::env::var_os("ROGER_DETACH_NO_PUBLISHER").is_none())
+    {
+        Some(exe) => publish::publisher::spawn(&dest, &exe).map(Some),
+        None => Ok(None),
+    };
+    let how = match (&q.snapshot, &q.no_snapshot) {
+        (Some(_), _) => "reflink snapshot taken: the source may be reused now".to_string(),
+        _ if q.in_place => "in place".to_string(),
+        (None, why) => format!(
+            "{}: leave the source untouched until it is published",
+            why.as_deref().unwrap_or("no reflink snapshot")
+        ),
+    };
+    eprintln!(
+        "roger: queued {} for {} ({} bytes in {} file(s), queue id {}; {how})",
+        q.source.display(),
+        q.target.display(),
+        q.size,
+        q.files,
+        q.id
+    );
+    if let Err(e) = &started {
+        eprintln!(
+            "roger: warning: could not start the background publisher ({e:#}); the next roger publish, publish --wait, hygiene disk or watch starts it"
+        );
+    }
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "queued": q.id,
+                "source": q.source,
+                "target": q.target,
+                "size": q.size,
+                "files": q.files,
+                "step": q.step,
+                "snapshot": q.snapshot.is_some(),
+                "no_snapshot": q.no_snapshot,
+                "publisher_pid": started.ok().flatten(),
+            })
+        );
+    } else {
+        outln!("queued {} -> {}", q.source.display(), q.target.display());
+        outln!("  queue id {}; {how}", q.id);
+    }
+    Ok(exit::DONE)
+}
+
+/// `--wait`: until what was queued in DEST since the last `--wait` has ended; exit 1 when
+/// one was rejected or time ran out. Closed with a `publish-waited` note.
+pub(super) fn wait(
+    dest: &Path,
+    ledger: &Path,
+    run: &str,
+    timeout: Option<std::time::Duration>,
+    json: bool,
+) -> Result<u8> {
+    let Ok(dest) = std::fs::canonicalize(dest) else {
+        if json {
+            outln!("[]");
+        } else {
+            outln!("nothing queued in {}", dest.display());
+        }
+        return Ok(exit::DONE);
+    };
+    let ledger = Ledger::new(ledger);
+    let waited = publish::publisher::wait(
+        &dest,
+        &ledger,
+        timeout,
+        publish::publisher::roger_exe().as_deref(),
+    )?;
+    use publish::publisher::Ended;
+    if json {
+        outln!("{}", serde_json::to_string(&waited)?);
+    } else if waited.is_empty() {
+        outln!("nothing queued in {} since the last --wait", dest.display());
+    }
+    if !waited.is_empty() {
+        let count = |f: fn(&Option<Ended>) -> bool| waited.iter().filter(|w| f(&w.ended)).count();
+        ledger.append(
+            crate::ledger::Entry::new(Kind::Note, "publish", run)
+                .field("event", publish::publisher::WAITED)
+                .field("dir", dest.display().to_string())
+                .field(
+                    "published",
+                    count(|e| matches!(e, Some(Ended::Published { .. }))),
+                )
+                .field(
+                    "rejected",
+                    count(|e| matches!(e, Some(Ended::Rejected { .. }))),
+                )
+                .field("still_queued", count(|e| e.is_none())),
+            chrono::Utc::now(),
+        )?;
+    }
+    let mut failed = 0;
+    for w in &waited {
+        let line = match &w.ended {
+            Some(Ended::Published { path, .. }) => format!("published {path}"),
+            Some(Ended::Rejected { reason, .. }) => {
+                failed += 1;
+                format!("rejected {}: {reason}", w.source.display())
+            }
+            None => {
+                failed += 1;
+                format!("still queued: {} (queue id {})", w.source.display(), w.id)
+            }
+        };
+        if !json {
+            outln!("{line}");
+        }
+    }
+    if failed > 0 {
+        bail!(
+            "{failed} of {} queued publish(es) in {} {}",
+            waited.len(),
+            dest.display(),
+            if waited.iter().any(|w| w.ended.is_none()) {
+                "did not finish in time or were rejected (see above and the ledger)"
+            } else {
+                "were rejected (see above and the ledger)"
+            }
+        );
+    }
+    Ok(exit::DONE)
+}
+
+/// The hidden `--drain`: this process is the destination's background publisher.
+pub(super) fn drain(dest: &Path, json: bool) -> Result<u8> {
+    let dest =
+        std::fs::canonicalize(dest).with_context(|| format!("destination {}", dest.display()))?;
+    let done = publish::publisher::drain(&dest, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
+    if json {
+        outln!("{}", serde_json::to_string(&done)?);
+    }
+    Ok(exit::DONE)
+}

@@ -1,0 +1,101 @@
+//! Reflink snapshots (`FICLONE`): on btrfs, XFS (reflink=1) and bcachefs a clone shares the
+//! source's blocks, costs no data copy, and keeps the bytes it was taken with when the source
+//! is later overwritten or deleted. `publish --detach` snapshots the source this way so the
+//! caller may reuse its file at once; elsewhere (ext4, tmpfs, across filesystems) the clone is
+//! refused and the caller must leave the source alone until it is published.
+
+use anyhow::{Context, Result};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// Why no snapshot was taken, in words (for the record and stderr).
+pub type Refused = String;
+
+fn clone_file(src: &Path, dst: &Path) -> std::result::Result<(), std::io::Error> {
+    let input = File::open(src)?;
+    let out = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(dst)?;
+    // SAFETY: FICLONE takes the source descriptor as its argument; both fds are open.
+    let r = unsafe { libc::ioctl(out.as_raw_fd(), libc::FICLONE, input.as_raw_fd()) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        drop(out);
+        let _ = std::fs::remove_file(dst);
+        return Err(e);
+    }
+    // The clone's metadata must survive a crash like any queued intent.
+    out.sync_all()?;
+    Ok(())
+}
+
+/// Clone `src` (a file, or a tree given as its files `(rel, path)`) to `dst`, which must not
+/// exist. `Ok(Err(why))`: the filesystem cannot clone (nothing is left behind); `Err`: a real
+/// failure.
+pub fn snapshot(
+    src: &Path,
+    files: &[(String, &Path)],
+    dst: &Path,
+) -> Result<std::result::Result<(), Refused>> {
+    let refused = |e: &std::io::Error| {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::EOPNOTSUPP | libc::EXDEV | libc::EINVAL | libc::ENOTTY | libc::ENOSYS)
+        )
+    };
+    let is_dir = src.is_dir();
+    if is_dir {
+        std::fs::create_dir(dst).with_context(|| format!("creating {}", dst.display()))?;
+    }
+    for (rel, path) in files {
+        let to = if is_dir {
+            dst.join(rel)
+        } else {
+            dst.to_path_buf()
+        };
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        if let Err(e) = clone_file(path, &to) {
+            let _ = super::place::remove_any(dst);
+            if refused(&e) {
+                return Ok(Err(format!(
+                    "no reflink snapshot ({e}: the filesystem cannot clone, or the source is on another filesystem than the destination)"
+                )));
+            }
+            return Err(e)
+                .with_context(|| format!("cloning {} to {}", path.display(), to.display()));
+        }
+    }
+    Ok(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filesystem_without_reflinks_refuses_cleanly() {
+        // /tmp here is ext4 or tmpfs: no FICLONE. (The reflink itself is tested on a btrfs
+        // loop image in tests/publish/detach.rs.)
+        let d = tempfile::tempdir().unwrap();
+        let fs = nix::sys::statfs::statfs(d.path())
+            .unwrap()
+            .filesystem_type();
+        if fs == nix::sys::statfs::BTRFS_SUPER_MAGIC || fs == nix::sys::statfs::XFS_SUPER_MAGIC {
+            eprintln!("SKIPPED: the temp dir is on a reflink-capable filesystem");
+            return;
+        }
+        let src = d.path().join("a");
+        std::fs::write(&src, b"bytes").unwrap();
+        let dst = d.path().join("snap");
+        let r = snapshot(&src, &[(String::new(), src.as_path())], &dst).unwrap();
+        assert!(r.unwrap_err().contains("no reflink snapshot"));
+        assert!(!dst.exists(), "nothing left behind");
+    }
+}

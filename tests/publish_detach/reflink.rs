@@ -1,0 +1,128 @@
+//! On a filesystem with reflinks (btrfs, on a loop image the test makes as root), `--detach`
+//! snapshots the source, so the caller may overwrite or delete it at once and the publish
+//! still carries the bytes it queued. Skips with the reason where that is not possible.
+
+use super::{hold_publish_lock, kind};
+use crate::publish::{latest, ledger_records, sha256_file, torch_zip};
+use crate::util::Env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn btrfs_loop(env: &Env) -> Result<Mounted, String> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Err("needs root (loop mount)".into());
+    }
+    let img = env.path("btrfs.img");
+    let f = std::fs::File::create(&img).map_err(|e| e.to_string())?;
+    // Sparse: room for publish's default free-space margin (256 MiB) plus the checkpoints.
+    f.set_len(640 << 20).map_err(|e| e.to_string())?;
+    let mkfs = Command::new("mkfs.btrfs")
+        .arg("-q")
+        .arg(&img)
+        .output()
+        .map_err(|e| format!("mkfs.btrfs not available ({e}; apt-get install btrfs-progs)"))?;
+    if !mkfs.status.success() {
+        return Err(format!(
+            "mkfs.btrfs failed: {}",
+            String::from_utf8_lossy(&mkfs.stderr)
+        ));
+    }
+    let mnt = env.path("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let m = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img)
+        .arg(&mnt)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !m.status.success() {
+        return Err(format!(
+            "cannot loop-mount a btrfs image (no loop devices or btrfs module?): {}",
+            String::from_utf8_lossy(&m.stderr)
+        ));
+    }
+    Ok(Mounted(mnt))
+}
+
+fn write(p: &Path, bytes: &[u8]) {
+    std::fs::write(p, bytes).unwrap();
+}
+
+#[test]
+fn on_btrfs_the_reflink_snapshot_is_published_after_the_source_changed() {
+    let env = Env::new();
+    let mnt = match btrfs_loop(&env) {
+        Ok(m) => m,
+        Err(why) => {
+            eprintln!("SKIPPED on_btrfs_the_reflink_snapshot_is_published_after_the_source_changed: {why}");
+            return;
+        }
+    };
+    let root = mnt.0.clone();
+    let ck = root.join("ck");
+    let lock = hold_publish_lock(&ck);
+    let (a, b) = (root.join("ckpt-1.pt"), root.join("ckpt-2.pt"));
+    let original = torch_zip(4 << 20, 1);
+    write(&a, &original);
+    write(&b, &torch_zip(1 << 20, 2));
+    let want = sha256_file(&a);
+    env.run(&[
+        "publish",
+        "--detach",
+        a.to_str().unwrap(),
+        "--to",
+        ck.to_str().unwrap(),
+    ])
+    .expect(0)
+    .stderr_has("reflink snapshot taken");
+    env.run(&[
+        "publish",
+        "--detach",
+        b.to_str().unwrap(),
+        "--to",
+        ck.to_str().unwrap(),
+    ])
+    .expect(0);
+    // The caller reuses one file and deletes the other at once.
+    write(&a, &torch_zip(2 << 20, 7));
+    let want_b = sha256_file(&b);
+    std::fs::remove_file(&b).unwrap();
+    drop(lock);
+    env.run(&[
+        "publish",
+        "--wait",
+        "--to",
+        ck.to_str().unwrap(),
+        "--timeout",
+        "300s",
+    ])
+    .expect(0);
+    assert_eq!(
+        sha256_file(&ck.join("ckpt-1.pt")),
+        want,
+        "the bytes it queued"
+    );
+    assert_eq!(sha256_file(&ck.join("ckpt-2.pt")), want_b);
+    assert_eq!(latest(&ck)["path"], "ckpt-2.pt");
+    let recs = ledger_records(&ck.join("roger-ledger.jsonl"));
+    assert!(kind(&recs, "publish_queued")
+        .iter()
+        .all(|r| r["snapshot"] == "reflink"));
+    assert_eq!(kind(&recs, "publish").len(), 2);
+    // The snapshots are gone with their entries.
+    let left: Vec<_> = std::fs::read_dir(ck.join(".roger-queue"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().ends_with(".snap"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
