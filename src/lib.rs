@@ -9,6 +9,7 @@ pub mod config;
 pub mod critic;
 pub mod digest;
 pub mod exit;
+pub mod export;
 pub mod gpu;
 pub mod hygiene;
 pub mod ledger;

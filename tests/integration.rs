@@ -8,6 +8,7 @@ mod checkpoint_trust;
 mod cli;
 mod critic;
 mod critic_live;
+mod export;
 mod fake_gpu_libs;
 mod gpu_check_script;
 mod hygiene;
