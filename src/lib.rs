@@ -14,6 +14,7 @@ pub mod gpu;
 pub mod hygiene;
 pub mod ledger;
 pub mod metrics;
+pub mod notify;
 pub mod out;
 pub mod probe;
 pub mod publish;
