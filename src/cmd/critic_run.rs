@@ -215,12 +215,19 @@ pub fn daemon(
     install_signal_handlers()?;
     let mut last: Option<Verdict> = None;
     let mut disk = crate::hygiene::disk_tick::DiskTicker::default();
+    let mut export = crate::export::Exporter::from_config(runner.cfg, "critic");
     while !STOP.load(Ordering::SeqCst) {
         let now = clock.now();
         if runner.cfg.critic.disk_check {
             let step = last.as_ref().and_then(|v| v.step);
-            if let Err(e) = disk.tick(runner.cfg, ledger, "critic", step, now) {
-                eprintln!("roger: error: disk check: {e:#}");
+            match disk.tick(runner.cfg, ledger, "critic", step, now) {
+                Ok(Some(report)) => {
+                    if let Some(e) = export.as_mut() {
+                        e.disk(&report.targets);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => eprintln!("roger: error: disk check: {e:#}"),
             }
         }
         match runner.tick(now) {
@@ -241,6 +248,13 @@ pub fn daemon(
             // A log that cannot be read this tick (permissions, NFS hiccup) is reported and
             // retried; the daemon itself stays up.
             Err(e) => eprintln!("roger: error: {e:#}"),
+        }
+        if let Some(e) = export.as_mut() {
+            // The verdict just filed is in the ledger, so the file has it.
+            e.tick(&crate::export::Live {
+                now: now.timestamp_millis() as f64 / 1000.0,
+                ..Default::default()
+            });
         }
         sleep_unless_stopped(opts.interval);
     }

@@ -2,6 +2,7 @@
 //! phase lookup every check uses. Unknown keys are errors: a typo must not disable a check.
 
 pub mod critic;
+pub mod export;
 pub mod gpu;
 pub mod hygiene;
 mod schedule_rules;
@@ -89,6 +90,8 @@ struct RawConfig {
     gpu: GpuConfig,
     #[serde(default)]
     bench: BenchConfig,
+    #[serde(default)]
+    export: export::ExportConfig,
 }
 
 /// A loaded, validated roger.toml with paths resolved against its directory.
@@ -114,6 +117,7 @@ pub struct Config {
     pub quarantine: QuarantineConfig,
     pub gpu: GpuConfig,
     pub bench: BenchConfig,
+    pub export: export::ExportConfig,
 }
 
 impl Config {
@@ -186,6 +190,7 @@ impl Config {
             quarantine,
             gpu,
             bench: raw.bench,
+            export: raw.export.resolve(&base),
         })
     }
 

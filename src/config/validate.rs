@@ -91,6 +91,14 @@ pub(super) fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
     if raw.run.name.trim().is_empty() {
         bail!("{file}: [run] name must not be empty");
     }
+    if let Some(t) = &raw.export.textfile {
+        if t.extension().is_none_or(|e| e != "prom") {
+            bail!(
+                "{file}: [export] textfile must end in .prom (node_exporter's textfile collector reads only those), got {}",
+                t.display()
+            );
+        }
+    }
     if let Some(s) = &raw.schedule {
         if !(s.peak_lr.is_finite() && s.peak_lr > 0.0) {
             bail!("{file}: [schedule] expected peak_lr > 0, got {}", s.peak_lr);

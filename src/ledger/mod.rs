@@ -19,6 +19,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+pub mod follow;
 mod read;
 pub use read::scan_bytes;
 use read::{last_good_record, refuse_foreign_file};

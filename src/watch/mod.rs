@@ -99,6 +99,8 @@ pub(crate) struct Watcher<'a> {
     pub disk: crate::hygiene::disk_tick::DiskTicker,
     /// NVML critical-XID events, when the driver offers them.
     pub xids: xids::XidFeed,
+    /// `[export] textfile`: rewritten after each tick.
+    pub export: Option<crate::export::Exporter>,
 }
 
 /// Run the watch until the run is done, a breaker opens, or roger is told to stop.
@@ -217,6 +219,7 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         run_gpus: Vec::new(),
         disk: Default::default(),
         xids: xids::XidFeed::start(&cfg.gpu.source),
+        export: crate::export::Exporter::from_config(cfg, SOURCE),
         ledger,
     };
     me.start()
@@ -379,6 +382,8 @@ impl Watcher<'_> {
                     _ => Flow::Continue,
                 },
             };
+            // After the tick's records, so the file shows what it decided (a breaker, too).
+            self.export(&a);
             if let Flow::Exit(code) = flow {
                 return Ok(code);
             }

@@ -3,7 +3,7 @@
 
 use super::Watcher;
 use crate::gpu::GpuError;
-use crate::sentinel::{GpuObs, Sample};
+use crate::sentinel::{Assessment, GpuObs, Sample, State};
 use anyhow::Result;
 
 impl Watcher<'_> {
@@ -61,14 +61,38 @@ impl Watcher<'_> {
         }
     }
 
+    /// `[export] textfile`: what this tick saw, plus what the ledger gained.
+    pub(super) fn export(&mut self, a: &Assessment) {
+        let Some(e) = self.export.as_mut() else {
+            return;
+        };
+        let now = super::unix_now();
+        let goodput = e.observe_state(now, a.state == State::Working);
+        e.tick(&crate::export::Live {
+            now,
+            state: Some(a.state.name()),
+            step: a.last_step,
+            since_progress_s: Some(super::ms(a.silent_s)),
+            stale_limit_s: Some(super::ms(a.limit.seconds)),
+            goodput: Some(goodput),
+            ticks: 0,
+        });
+    }
+
     /// `[watch] disk_check`: the same disk check as `roger hygiene disk` (free space and the
     /// forecast hours to full of every path the run writes to), rate-limited, recorded as a
     /// `hygiene` record when its status changes. Never an action: the warning is the point.
     pub(super) fn check_disk(&mut self) -> Result<()> {
         let now = chrono::Utc::now();
         let step = self.sentinel.last_step();
-        if let Err(e) = self.disk.tick(self.cfg, &self.ledger, "watch", step, now) {
-            tracing::warn!("disk check failed: {e:#}");
+        match self.disk.tick(self.cfg, &self.ledger, "watch", step, now) {
+            Ok(Some(report)) => {
+                if let Some(e) = self.export.as_mut() {
+                    e.disk(&report.targets);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("disk check failed: {e:#}"),
         }
         Ok(())
     }
