@@ -1,6 +1,7 @@
-//! A progress bar on stderr for a first read of a big log (bytes, rate, time left), drawn
-//! only on a terminal (indicatif hides it otherwise) and never under `-q`. Readers report
-//! bytes through [`advance`]: one relaxed atomic load when no bar is up.
+//! The one progress bar on stderr (bytes, rate, time left) for work that takes a while: a
+//! first read of a big log, a checkpoint publish. Drawn only on a terminal (indicatif hides it
+//! otherwise) and never under `-q`. Workers report bytes through [`advance`]: one relaxed
+//! atomic load when no bar is up.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::Path;
@@ -31,15 +32,39 @@ impl Drop for Reading {
 
 /// Start a bar for reading `path` when it is big enough to take a while.
 pub fn reading(path: &Path, what: &str) -> Option<Reading> {
-    if crate::out::quiet() {
-        return None;
-    }
     let min = std::env::var(MIN_ENV)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(MIN_BYTES);
     let len = std::fs::metadata(path).ok()?.len();
     if len < min {
+        return None;
+    }
+    start(len, format!("{what} {}", path.display()))
+}
+
+/// Start a bar for a job of `total` bytes (0: not known yet, see [`phase`]), whatever its
+/// size: the caller knows it takes a while (a checkpoint publish).
+pub fn bytes(what: &str, total: u64) -> Option<Reading> {
+    start(total, what.to_string())
+}
+
+/// The job behind the bar moves to its next phase of `total` bytes (publish: copy, then
+/// verify): the bar restarts under the new label, so rate and time left are the phase's own.
+pub fn phase(what: &str, total: u64) {
+    if ACTIVE.load(Ordering::Relaxed) {
+        if let Ok(bar) = BAR.lock() {
+            if let Some(b) = bar.as_ref() {
+                b.reset();
+                b.set_length(total);
+                b.set_message(what.to_string());
+            }
+        }
+    }
+}
+
+fn start(len: u64, msg: String) -> Option<Reading> {
+    if crate::out::quiet() {
         return None;
     }
     let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
@@ -53,7 +78,7 @@ pub fn reading(path: &Path, what: &str) -> Option<Reading> {
         .expect("a valid template")
         .progress_chars("=> "),
     );
-    bar.set_message(format!("{what} {}", path.display()));
+    bar.set_message(msg);
     *BAR.lock().ok()? = Some(bar);
     ACTIVE.store(true, Ordering::Relaxed);
     Some(Reading(()))

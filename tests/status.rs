@@ -2,7 +2,7 @@
 //! roger), colour only where asked for (NO_COLOR, CLICOLOR_FORCE, --color) and no progress
 //! bar when stderr is not a terminal.
 
-use crate::util::Env;
+use crate::util::{roger_bin, Env};
 
 const CONFIG: &str = "[run]\nname = \"glance\"\nlog = \"train.jsonl\"\n[metrics]\ntime = \"time\"\n[schedule]\nkind = \"constant\"\npeak_lr = 1e-3\nwarmup_steps = 0\ntotal_steps = 1000\n[[phase]]\nname = \"all\"\nfrom = 0\nloss = [0.1, 20.0]\nstale = \"1h\"\n[disk]\nwarn_free = \"1KiB\"\nfail_free = \"1KiB\"\n";
 
@@ -202,4 +202,55 @@ fn status_watch_redraws_until_stopped() {
     let _ = child.wait();
     assert!(screens >= 3, "only {screens} screens");
     assert!(!saw_clear, "no clear-screen codes into a pipe");
+}
+
+/// On a terminal (a pty from util-linux's `script`), the one progress bar is drawn for a
+/// publish (copy, then verify from disk) and for a big log's first read.
+#[test]
+fn progress_bar_is_drawn_on_a_terminal_for_a_publish_and_a_log_read() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!(
+            "SKIP progress_bar_is_drawn_on_a_terminal: no `script` (util-linux) to make a pty"
+        );
+        return;
+    }
+    let now = chrono::Utc::now().timestamp();
+    let env = run_dir(now);
+    // 96 MiB: a publish long enough for the bar's first draws, even on a fast disk.
+    let big: Vec<u8> = (0..96u32 << 20).map(|i| (i % 251) as u8).collect();
+    env.write("ckpt-500.dat", &big);
+    let bin = roger_bin();
+    let in_pty = |cmdline: String| {
+        let out = std::process::Command::new("script")
+            .args(["-qefc", &cmdline, "/dev/null"])
+            .current_dir(env.path(""))
+            .env_remove("ROGER_CONFIG")
+            .env_remove("NO_COLOR")
+            .env("ROGER_PROGRESS_MIN_BYTES", "1")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("script");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let published = in_pty(format!(
+        "{} publish ckpt-500.dat --to ck --step 500",
+        bin.display()
+    ));
+    assert!(
+        published.contains("publish: copy") || published.contains("publish: verify"),
+        "no publish bar on a terminal: {published}"
+    );
+    assert!(env.path("ck/ckpt-500.dat").exists(), "{published}");
+    let judged = in_pty(format!("{} critic --once", bin.display()));
+    assert!(
+        judged.contains("reading"),
+        "no log bar on a terminal: {judged}"
+    );
+    // Under -q nothing but errors: no bar either.
+    let quiet = in_pty(format!("{} -q critic --once", bin.display()));
+    assert!(!quiet.contains("reading"), "{quiet}");
 }
