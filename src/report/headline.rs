@@ -103,6 +103,61 @@ pub struct Headline {
     pub ledger_problem: Option<String>,
     pub log_problem: Option<String>,
     pub log_garbage: u64,
+    /// Publishes queued by `roger publish --detach` and not yet done (None: none queued).
+    pub queued_publishes: Option<QueuedPublishes>,
+}
+
+/// The detached-publish queue of the checkpoint directory, summed up.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct QueuedPublishes {
+    pub count: usize,
+    /// Bytes the queued checkpoints hold.
+    pub bytes: u64,
+    /// Age of the oldest entry, seconds (None when no entry's time reads).
+    pub oldest_age_s: Option<f64>,
+    /// The destination whose queue this is.
+    pub dest: String,
+}
+
+impl QueuedPublishes {
+    /// The summary of `queue` (oldest first, as `publish::queue::pending` gives it) at `now`;
+    /// None when nothing is queued. Pure.
+    pub fn of(
+        queue: &[crate::publish::queue::Queued],
+        dest: &std::path::Path,
+        now: DateTime<Utc>,
+    ) -> Option<QueuedPublishes> {
+        if queue.is_empty() {
+            return None;
+        }
+        let oldest = queue
+            .iter()
+            .filter_map(|q| DateTime::parse_from_rfc3339(&q.queued_at).ok())
+            .min();
+        Some(QueuedPublishes {
+            count: queue.len(),
+            bytes: queue.iter().map(|q| q.size).sum(),
+            oldest_age_s: oldest.map(|t| {
+                ((now - t.with_timezone(&Utc)).num_milliseconds() as f64 / 1000.0).max(0.0)
+            }),
+            dest: dest.display().to_string(),
+        })
+    }
+
+    /// In words: "2 queued publishes (1.5 GiB), oldest queued 5m ago, to DIR".
+    pub fn words(&self) -> String {
+        format!(
+            "{} queued publish{} ({}){}, to {}",
+            self.count,
+            if self.count == 1 { "" } else { "es" },
+            crate::config::units::format_bytes(self.bytes),
+            self.oldest_age_s.map_or(String::new(), |a| format!(
+                ", oldest queued {} ago",
+                human_duration(a)
+            )),
+            self.dest
+        )
+    }
 }
 
 /// The log is called silent past this many typical steps (and at least [`SILENT_MIN_S`]).
@@ -298,6 +353,7 @@ pub fn build(
         ledger_problem: inputs.ledger_problem.clone(),
         log_problem: log.problem.clone(),
         log_garbage: log.garbage,
+        queued_publishes: None,
     }
 }
 
