@@ -433,3 +433,28 @@ pub fn human_duration(s: f64) -> String {
         _ => format!("{}d {:02}h", s / 86400, s % 86400 / 3600),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::publish::queue::tests::q;
+
+    #[test]
+    fn queued_publishes_summed_with_the_oldest_age() {
+        let now = DateTime::parse_from_rfc3339("2026-01-01T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let dest = std::path::Path::new("/ck");
+        assert_eq!(QueuedPublishes::of(&[], dest, now), None);
+        let mut a = q("1", 2048, false);
+        a.queued_at = "2026-01-01T11:00:00Z".into();
+        let mut b = q("2", 1024, true);
+        b.queued_at = "not a time".into();
+        let s = QueuedPublishes::of(&[a, b], dest, now).unwrap();
+        assert_eq!((s.count, s.bytes, s.oldest_age_s), (2, 3072, Some(3600.0)));
+        assert_eq!(
+            s.words(),
+            "2 queued publishes (3.0 KiB), oldest queued 1h 00m ago, to /ck"
+        );
+    }
+}
