@@ -252,3 +252,188 @@ fn init_from_a_finished_run_takes_its_mapping_and_refuses_a_failed_one() {
     .expect(1)
     .stderr_has("is not a good baseline: its last verdict");
 }
+
+/// Wall times of the committed TensorBoard and MLflow fixtures are fixed: a minute after
+/// their last step.
+const TB_NOW: &str = "2023-11-14T22:14:00Z";
+
+/// Copy a fixture directory (recursively) into the test's directory at `to`.
+fn copy_dir(env: &Env, from: &std::path::Path, to: &str) {
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let rel = format!("{to}/{}", e.file_name().to_string_lossy());
+        if e.path().is_dir() {
+            copy_dir(env, &e.path(), &rel);
+        } else {
+            env.write(&rel, std::fs::read(e.path()).unwrap());
+        }
+    }
+}
+
+/// The same event file with every `lr-AdamW` scalar doubled, written with roger's encoder
+/// (events without scalars are kept as they were).
+fn doubled_events(bytes: &[u8]) -> Vec<u8> {
+    use roger::metrics::{tb_event, tfrecord};
+    let (items, used) = tfrecord::scan(bytes);
+    assert_eq!(used, bytes.len(), "a whole fixture");
+    let mut out = Vec::new();
+    for item in items {
+        let tfrecord::Item::Record(_, payload) = item else {
+            panic!("damaged fixture: {item:?}");
+        };
+        let event = tb_event::decode(payload).unwrap();
+        let scalars: Vec<(&str, f32)> = tb_event::scalars(&event)
+            .map(|(tag, v)| (tag, if tag == "lr-AdamW" { v * 2.0 } else { v } as f32))
+            .collect();
+        if scalars.is_empty() {
+            tfrecord::frame(payload, &mut out);
+        } else {
+            let encoded = tb_event::encode_scalars(event.wall_time, event.step, &scalars);
+            tfrecord::frame(&encoded, &mut out);
+        }
+    }
+    out
+}
+
+/// `roger init` on TensorBoard logs (every committed kind; found as a SummaryWriter's
+/// subdirectory of `runs/`, or named as one event file) and on an MLflow run (found under
+/// `mlruns/`): format and keys detected, the config judges its own run pass and the same
+/// run with its lr doubled fail.
+#[test]
+fn init_on_tensorboard_and_mlflow_runs_then_critic_passes_and_catches_a_doubled_lr() {
+    let tb = repo_root().join("tests/fixtures/tensorboard");
+    let kinds = [
+        "simple",
+        "restart",
+        "tensor_float",
+        "tensor_double",
+        "tensor_half",
+        "tensor_content",
+    ];
+    for kind in kinds {
+        for as_file in [false, true] {
+            if as_file && kind == "restart" {
+                continue; // two files: the directory is the log
+            }
+            let env = Env::new();
+            copy_dir(&env, &tb.join(kind), &format!("runs/{kind}"));
+            let file = std::fs::read_dir(tb.join(kind))
+                .unwrap()
+                .flatten()
+                .next()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            let log = if as_file {
+                format!("runs/{kind}/{file}")
+            } else {
+                "runs".to_string()
+            };
+            let what = format!("{kind} (--log {log})");
+            let init = env.run(&["init", "--log", &log]).expect(0);
+            let cfg = env.read("roger.toml");
+            assert!(cfg.contains("format = \"tensorboard\""), "{what}: {cfg}");
+            let named = if as_file {
+                log.clone()
+            } else {
+                format!("runs/{kind}")
+            };
+            assert!(cfg.contains(&format!("log = \"{named}\"")), "{what}: {cfg}");
+            assert!(cfg.contains("loss = \"train/loss\""), "{what}: {cfg}");
+            assert!(cfg.contains("lr = \"lr-AdamW\""), "{what}: {cfg}");
+            assert!(cfg.contains("kind = \"constant\""), "{what}: {cfg}");
+            if ["simple", "restart"].contains(&kind) {
+                assert!(cfg.contains("grad_norm = \"train/grad_norm\""), "{what}");
+            }
+            assert!(
+                init.stderr().contains("step, time <- each point's own"),
+                "{what}: {}",
+                init.report()
+            );
+            env.run(&["check"]).expect(0);
+            let good = env.run(&["critic", "--once", "--json", "--now", TB_NOW]);
+            let v: serde_json::Value = serde_json::from_str(good.stdout().trim()).unwrap();
+            assert_eq!(v["step"], 39, "{what}: {}", good.report());
+            for c in v["checks"].as_array().unwrap() {
+                assert_eq!(c["status"], "pass", "{what}: {c}\n{}", good.report());
+            }
+            assert_eq!(good.code(), 0, "{what}");
+
+            let mut files: Vec<_> = std::fs::read_dir(tb.join(kind))
+                .unwrap()
+                .flatten()
+                .collect();
+            files.sort_by_key(|e| e.file_name());
+            for e in &files {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let bytes = doubled_events(&std::fs::read(e.path()).unwrap());
+                env.write(&format!("doubled/{name}"), bytes);
+            }
+            let bad_log = if as_file {
+                format!("doubled/{file}")
+            } else {
+                "doubled".into()
+            };
+            let bad = env
+                .run(&[
+                    "critic", "--once", "--json", "--now", TB_NOW, "--log", &bad_log,
+                ])
+                .expect(2);
+            let v: serde_json::Value = serde_json::from_str(bad.stdout().trim()).unwrap();
+            let lr = v["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["check"] == "lr")
+                .unwrap_or_else(|| panic!("{what}: no lr check\n{}", bad.report()));
+            assert_eq!(lr["status"], "fail", "{what}\n{}", bad.report());
+        }
+    }
+
+    // MLflow: the committed run (nested key train/loss), found two levels under mlruns/.
+    let env = Env::new();
+    let run = "mlruns/0/0d61d91b05bb461ea3e9c67307b012cf";
+    copy_dir(&env, &repo_root().join("tests/fixtures/mlflow/run"), run);
+    let init = env.run(&["init", "--log", "mlruns"]).expect(0);
+    init.stderr_has(&format!("using {run}"));
+    let cfg = env.read("roger.toml");
+    assert!(cfg.contains("format = \"mlflow\""), "{cfg}");
+    assert!(cfg.contains(&format!("log = \"{run}\"")), "{cfg}");
+    assert!(cfg.contains("name = \"thundering-dove-566\""), "{cfg}");
+    assert!(cfg.contains("loss = \"train/loss\""), "{cfg}");
+    assert!(cfg.contains("lr = \"lr\""), "{cfg}");
+    assert!(cfg.contains("kind = \"constant\""), "{cfg}");
+    env.run(&["check"]).expect(0);
+    let good = env
+        .run(&["critic", "--once", "--json", "--now", TB_NOW])
+        .expect(0);
+    let v: serde_json::Value = serde_json::from_str(good.stdout().trim()).unwrap();
+    assert_eq!(v["step"], 39, "{}", good.report());
+    for c in v["checks"].as_array().unwrap() {
+        assert_eq!(c["status"], "pass", "{c}\n{}", good.report());
+    }
+    copy_dir(&env, &env.path(run), "doubled");
+    let lr: String = env
+        .read("doubled/metrics/lr")
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let x: f64 = f[1].parse().unwrap();
+            format!("{} {} {}\n", f[0], x * 2.0, f[2])
+        })
+        .collect();
+    env.write("doubled/metrics/lr", lr);
+    let bad = env
+        .run(&[
+            "critic", "--once", "--json", "--now", TB_NOW, "--log", "doubled",
+        ])
+        .expect(2);
+    let v: serde_json::Value = serde_json::from_str(bad.stdout().trim()).unwrap();
+    let lr = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "lr")
+        .unwrap_or_else(|| panic!("no lr check\n{}", bad.report()));
+    assert_eq!(lr["status"], "fail", "{}", bad.report());
+}

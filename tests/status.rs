@@ -254,3 +254,72 @@ fn progress_bar_is_drawn_on_a_terminal_for_a_publish_and_a_log_read() {
     let quiet = in_pty(format!("{} -q critic --once", bin.display()));
     assert!(!quiet.contains("reading"), "{quiet}");
 }
+
+/// A publish queued with `--detach` (its background publisher held off by
+/// ROGER_DETACH_NO_PUBLISHER) shows in `roger status` and in the report's --text and --json:
+/// how many, how many bytes, how old the oldest is. Nothing queued: nothing said.
+#[test]
+fn status_and_report_show_queued_publishes() {
+    let now = chrono::Utc::now().timestamp();
+    let env = run_dir(now);
+    env.write(
+        "roger.toml",
+        format!("{CONFIG}[publish]\nkeep_last = 2\n").replace(
+            "log = \"train.jsonl\"\n",
+            "log = \"train.jsonl\"\ncheckpoint_dir = \"ck\"\n",
+        ),
+    );
+    env.run(&["critic", "--once", "--now", &at(now)]).expect(0);
+    let quiet = env.run(&["status", "--now", &at(now + 30)]).expect(0);
+    assert!(!quiet.stdout().contains("publish "), "{}", quiet.report());
+
+    let ckpt = crate::publish::torch_zip(3 * 1024 * 1024, 7);
+    let size = ckpt.len();
+    env.write("ckpt-1.pt", ckpt);
+    let mut c = env.cmd(&["publish", "--detach", "ckpt-1.pt"]);
+    c.env("ROGER_DETACH_NO_PUBLISHER", "1");
+    env.run_cmd(c, &["publish", "--detach", "ckpt-1.pt"])
+        .expect(0);
+    assert!(!env.path("ck/ckpt-1.pt").exists(), "still queued");
+
+    // The queue's time is the real clock: judge an hour later.
+    let later = at(chrono::Utc::now().timestamp() + 3600);
+    let run = env.run(&["status", "--now", &later]);
+    let out = run.stdout();
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("publish     "))
+        .unwrap_or_else(|| panic!("no publish line\n{}", run.report()));
+    assert!(line.contains("1 queued publish (3.0 MiB)"), "{line}");
+    assert!(
+        line.contains("oldest queued 1h 00m ago") || line.contains("oldest queued 59m"),
+        "{line}"
+    );
+    assert!(
+        out.lines().count() <= 23 && line.chars().count() <= 80,
+        "{out}"
+    );
+
+    let json = env.run(&["status", "--json", "--now", &later]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout()).unwrap();
+    let q = &v["headline"]["queued_publishes"];
+    assert_eq!(q["count"], 1, "{v:#}");
+    assert_eq!(q["bytes"], size, "{v:#}");
+    let age = q["oldest_age_s"].as_f64().unwrap();
+    assert!((3500.0..3700.0).contains(&age), "{age}");
+
+    let text = env.run(&["report", "--text", "--now", &later]);
+    assert!(
+        text.stdout()
+            .lines()
+            .any(|l| l.starts_with("publish: 1 queued publish (3.0 MiB), oldest queued")),
+        "{}",
+        text.report()
+    );
+    let rj = env.run(&["report", "--json", "--now", &later]);
+    let v: serde_json::Value = serde_json::from_str(&rj.stdout()).unwrap();
+    assert_eq!(v["headline"]["queued_publishes"]["count"], 1, "{v:#}");
+    let page = env.run(&["report", "--out", "night.html", "--now", &later]);
+    assert!(page.code() <= 2, "{}", page.report());
+    assert!(env.read("night.html").contains("Queued publishes"));
+}

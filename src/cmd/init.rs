@@ -20,13 +20,15 @@ const HEAD_BYTES: usize = 256 * 1024;
 Examples:
   roger init --log train_log.jsonl             # writes ./roger.toml
   roger init --log output/                     # finds trainer_state.json, metrics.csv, *.jsonl, *.log
+  roger init --log runs/                       # a TensorBoard SummaryWriter log directory
+  roger init --log mlruns/0/<run-id>/          # an MLflow run (file store)
   roger init --from-run ../last-run/roger-ledger.jsonl --out next/roger.toml
   roger init --log train.log --out -           # print instead of writing
 
 Then: roger check (validate), roger critic --once (judge the run now), roger status.")]
 pub struct InitArgs {
     /// The run's metrics log, or a directory holding one (trainer_state.json, metrics.csv,
-    /// *.jsonl, *.log).
+    /// *.jsonl, *.log, a TensorBoard log directory or event file, an MLflow run directory).
     #[arg(long, value_name = "FILE|DIR", required_unless_present = "from_run")]
     pub log: Option<PathBuf>,
 
@@ -48,7 +50,8 @@ pub struct InitArgs {
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
 
-    /// The log's format, instead of detecting it: jsonl, csv, text or hf-trainer-state.
+    /// The log's format, instead of detecting it: jsonl, csv, text, hf-trainer-state,
+    /// tensorboard or mlflow.
     #[arg(long, value_name = "FORMAT", value_parser = super::hygiene::parse_format)]
     pub format: Option<LogFormat>,
 }
@@ -66,8 +69,6 @@ pub fn run(_global: &Global, a: InitArgs) -> Result<u8> {
         (None, Some(r)) => from_run(r)?,
         (None, None) => bail!("pass --log FILE|DIR or --from-run LEDGER|LOG"),
     };
-    let head = read_head(&log)?;
-    let name_hint = log.file_name().map(|n| n.to_string_lossy().into_owned());
     let mut detected = match (a.format, &previous) {
         (_, Some(cfg)) => detect::Detected {
             format: cfg.run.format,
@@ -75,7 +76,7 @@ pub fn run(_global: &Global, a: InitArgs) -> Result<u8> {
             keys: Vec::new(),
             patterns: cfg.metrics.patterns.clone(),
         },
-        (Some(f), None) => detect::detect(name_hint.as_deref().unwrap_or(""), &head)
+        (Some(f), None) => detect_log(&log)?
             .filter(|d| d.format == f)
             .unwrap_or(detect::Detected {
                 format: f,
@@ -83,9 +84,9 @@ pub fn run(_global: &Global, a: InitArgs) -> Result<u8> {
                 keys: Vec::new(),
                 patterns: Vec::new(),
             }),
-        (None, None) => detect::detect(name_hint.as_deref().unwrap_or(""), &head).with_context(|| {
+        (None, None) => detect_log(&log)?.with_context(|| {
             format!(
-                "{}: cannot tell the log's format: not JSON lines, not CSV with a header, not trainer_state.json, and no known text line shape (llm.c, nanoGPT, modded-nanogpt, AlgoPerf); pass --format and write [metrics] patterns yourself",
+                "{}: cannot tell the log's format: not JSON lines, not CSV with a header, not trainer_state.json, not TensorBoard events, and no known text line shape (llm.c, nanoGPT, modded-nanogpt, AlgoPerf); pass --format and write [metrics] patterns yourself",
                 log.display()
             )
         })?,
@@ -156,12 +157,61 @@ pub fn run(_global: &Global, a: InitArgs) -> Result<u8> {
     Ok(crate::exit::DONE)
 }
 
-/// `--log DIR`: the newest file there (or one level down) that looks like a metrics log.
+/// Whether `dir` is an MLflow run directory of the file store (`mlruns/<exp>/<run>/`):
+/// `metrics/` beside the run's `meta.yaml` or `tags/` (a bare `metrics/` folder is too common).
+fn is_mlflow_run(dir: &Path) -> bool {
+    dir.join("metrics").is_dir() && (dir.join("meta.yaml").is_file() || dir.join("tags").is_dir())
+}
+
+/// A directory that is itself a log (a SummaryWriter log dir, an MLflow run), with the time
+/// it was last written (its newest file's mtime).
+fn directory_log(dir: &Path) -> Option<std::time::SystemTime> {
+    let files: Vec<PathBuf> = if is_mlflow_run(dir) {
+        metrics::mlflow::metric_files(dir)
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect()
+    } else {
+        metrics::tensorboard::event_files(dir)
+    };
+    let newest = files
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .max();
+    newest.or_else(|| (!files.is_empty() || is_mlflow_run(dir)).then(std::time::SystemTime::now))
+}
+
+/// Detect a log's format: an MLflow run by its metric files, a TensorBoard log directory by
+/// its newest event file, a file by its head.
+fn detect_log(log: &Path) -> Result<Option<detect::Detected>> {
+    if log.is_dir() {
+        if is_mlflow_run(log) {
+            let keys = metrics::mlflow::metric_files(log);
+            return Ok(Some(detect::mlflow_run(
+                keys.into_iter().map(|(k, _)| k).collect(),
+            )));
+        }
+        let Some(newest) = metrics::tensorboard::event_files(log).pop() else {
+            return Ok(None);
+        };
+        return detect_log(&newest);
+    }
+    let head = read_head(log)?;
+    let name = log.file_name().map(|n| n.to_string_lossy().into_owned());
+    Ok(detect::detect(name.as_deref().unwrap_or(""), &head))
+}
+
+/// `--log DIR`: the directory itself when it is a log (TensorBoard event files, an MLflow
+/// run), else the newest log there (or one level down): a file that looks like a metrics
+/// log, or a directory that is one.
 fn find_log(path: &Path) -> Result<PathBuf> {
     if !path.is_dir() {
         if !path.exists() {
             bail!("{}: no such file", path.display());
         }
+        return Ok(path.to_path_buf());
+    }
+    if directory_log(path).is_some() {
         return Ok(path.to_path_buf());
     }
     let looks_like_log = |p: &Path| {
@@ -180,8 +230,12 @@ fn find_log(path: &Path) -> Result<PathBuf> {
         let mut subdirs = Vec::new();
         for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
             let p = e?.path();
-            if p.is_dir() && depth == 0 {
-                subdirs.push(p);
+            if p.is_dir() {
+                if let Some(m) = directory_log(&p) {
+                    found.push((m, p));
+                } else if depth == 0 {
+                    subdirs.push(p);
+                }
             } else if p.is_file() && looks_like_log(&p) {
                 let m = std::fs::metadata(&p)?.modified()?;
                 found.push((m, p));
@@ -199,7 +253,7 @@ fn find_log(path: &Path) -> Result<PathBuf> {
             Ok(p)
         }
         None => bail!(
-            "{}: no log found (looked for trainer_state.json, *.jsonl, *.csv, *.log there and one level down); pass --log FILE",
+            "{}: no log found (looked for trainer_state.json, *.jsonl, *.csv, *.log, TensorBoard event files and MLflow runs there and one level down); pass --log FILE",
             path.display()
         ),
     }
@@ -305,9 +359,12 @@ fn read_head(path: &Path) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// A name for the run: the log's directory, else the file's stem.
+/// A name for the run: an MLflow run's own name, the log's directory, else the file's stem.
 fn run_name(log: &Path) -> String {
     let abs = std::fs::canonicalize(log).unwrap_or_else(|_| log.to_path_buf());
+    if let Ok(named) = std::fs::read_to_string(abs.join("tags/mlflow.runName")) {
+        return clean_name(&named);
+    }
     let stem = abs
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -320,7 +377,11 @@ fn run_name(log: &Path) -> String {
         "train_log",
         "trainer_log",
     ];
-    let name = if generic.contains(&stem.as_str()) {
+    let event_file = abs.file_name().is_some_and(|n| {
+        n.to_string_lossy()
+            .starts_with(metrics::tensorboard::PREFIX)
+    });
+    let name = if generic.contains(&stem.as_str()) || event_file {
         abs.parent()
             .and_then(|p| p.file_name())
             .map(|s| s.to_string_lossy().into_owned())
@@ -328,7 +389,16 @@ fn run_name(log: &Path) -> String {
     } else {
         stem
     };
-    let clean: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+    clean_name(&name)
+}
+
+fn clean_name(name: &str) -> String {
+    let clean: String = name
+        .trim()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(64)
+        .collect();
     if clean.is_empty() {
         "run".into()
     } else {

@@ -19,13 +19,61 @@ pub struct Detected {
 /// One detector: file name and head in, a format out (None: not mine).
 type Detector = fn(&str, &[u8]) -> Option<Detected>;
 
-/// Tried in order; the first that recognises the head wins. Text is last: it matches
-/// anything one of its known line shapes matches.
-const DETECTORS: &[Detector] = &[hf_trainer_state, jsonl, csv, text];
+/// Tried in order; the first that recognises the head wins. TensorBoard is first (its head
+/// is binary); text is last: it matches anything one of its known line shapes matches.
+const DETECTORS: &[Detector] = &[tensorboard, hf_trainer_state, jsonl, csv, text];
 
 /// Detect the format of a log from its name and its first bytes (a few hundred lines).
 pub fn detect(name: &str, head: &[u8]) -> Option<Detected> {
     DETECTORS.iter().find_map(|d| d(name, head))
+}
+
+/// A TensorBoard event file: TFRecord framing from byte 0 (checksums good) holding `Event`s;
+/// its keys are the scalar tags of the events in the head.
+fn tensorboard(name: &str, head: &[u8]) -> Option<Detected> {
+    use crate::metrics::{tb_event, tfrecord};
+    let (items, _) = tfrecord::scan(head);
+    if !matches!(items.first(), Some(tfrecord::Item::Record(0, _))) {
+        return None;
+    }
+    let mut events = 0;
+    let mut tags = BTreeSet::new();
+    for item in &items {
+        if let tfrecord::Item::Record(_, payload) = item {
+            let Ok(event) = tb_event::decode(payload) else {
+                continue;
+            };
+            events += 1;
+            tags.extend(tb_event::scalars(&event).map(|(tag, _)| tag.to_string()));
+        }
+    }
+    let named = name.starts_with(crate::metrics::tensorboard::PREFIX);
+    if events == 0 || (!named && tags.is_empty()) {
+        return None;
+    }
+    Some(Detected {
+        format: LogFormat::Tensorboard,
+        why: format!(
+            "TFRecord-framed TensorBoard events ({events} in the head, {} scalar tags)",
+            tags.len()
+        ),
+        keys: tags.into_iter().collect(),
+        patterns: Vec::new(),
+    })
+}
+
+/// An MLflow run directory (file store): its keys are the files under `metrics/`, nested
+/// keys spelled `a/b` as MLflow stores them.
+pub fn mlflow_run(keys: Vec<String>) -> Detected {
+    Detected {
+        format: LogFormat::Mlflow,
+        why: format!(
+            "an MLflow run directory (file store) with {} metric files",
+            keys.len()
+        ),
+        keys,
+        patterns: Vec::new(),
+    }
 }
 
 fn hf_trainer_state(name: &str, head: &[u8]) -> Option<Detected> {
@@ -294,6 +342,11 @@ pub fn map_keys(d: &Detected) -> Mapping {
             notes,
         };
     }
+    // Event files and MLflow points carry their own step and time.
+    let own_step = matches!(d.format, LogFormat::Tensorboard | LogFormat::Mlflow);
+    if own_step {
+        notes.push("step, time <- each point's own step and time".into());
+    }
     let has = |k: &str| d.keys.iter().any(|x| x == k);
     let pick = |cands: &[&str]| cands.iter().find(|c| has(c)).map(|c| c.to_string());
     let mut set = |what: &'static str, cands: &[&str], slot: &mut String| match pick(cands) {
@@ -304,7 +357,9 @@ pub fn map_keys(d: &Detected) -> Mapping {
         }
         None => notes.push(format!("{what}: not in the log")),
     };
-    set("step", STEP, &mut m.step);
+    if !own_step {
+        set("step", STEP, &mut m.step);
+    }
     set("loss", LOSS, &mut m.loss);
     set("grad_norm", GRAD_NORM, &mut m.grad_norm);
     set("tokens_per_s", TOKENS_PER_S, &mut m.tokens_per_s);
@@ -357,12 +412,17 @@ pub fn map_keys(d: &Detected) -> Mapping {
     }
     // A time column: unix seconds, or an elapsed clock (LLaMA-Factory's "0:00:24").
     m.time = String::new();
-    for (k, clock) in [
-        ("time", Clock::Unix),
-        ("timestamp", Clock::Unix),
-        ("_timestamp", Clock::Unix),
-        ("elapsed_time", Clock::Elapsed),
-    ] {
+    let clocks = if own_step {
+        &[][..]
+    } else {
+        &[
+            ("time", Clock::Unix),
+            ("timestamp", Clock::Unix),
+            ("_timestamp", Clock::Unix),
+            ("elapsed_time", Clock::Elapsed),
+        ][..]
+    };
+    for &(k, clock) in clocks {
         if has(k) {
             m.time = k.into();
             m.clock = clock;
@@ -412,5 +472,34 @@ mod tests {
         assert_eq!(hf.format, LogFormat::HfTrainerState);
         assert_eq!(map_keys(&hf).metrics.lr.0, vec!["learning_rate"]);
         assert!(detect("x", b"nothing here\nat all\n").is_none());
+    }
+
+    #[test]
+    fn tensorboard_events_and_mlflow_runs() {
+        use crate::metrics::{tb_event, tfrecord};
+        let mut head = Vec::new();
+        for step in 0..3 {
+            let e =
+                tb_event::encode_scalars(1.7e9, step, &[("train/loss", 2.0), ("lr-AdamW", 1e-4)]);
+            tfrecord::frame(&e, &mut head);
+        }
+        head.truncate(head.len() - 3); // a torn last record is left for later
+        let d = detect("events.out.tfevents.1.host", &head).unwrap();
+        assert_eq!(d.format, LogFormat::Tensorboard);
+        assert_eq!(d.keys, vec!["lr-AdamW", "train/loss"]);
+        let m = map_keys(&d);
+        assert_eq!(m.metrics.loss, "train/loss");
+        assert_eq!(m.metrics.lr.0, vec!["lr-AdamW"]);
+        assert!(!m.chosen.iter().any(|(k, _)| *k == "step" || *k == "time"));
+        // Binary that is not TFRecord is not taken for events.
+        assert!(detect("events.out.tfevents.x", &[0u8; 64]).is_none());
+
+        let ml = mlflow_run(vec!["lr".into(), "sys/step".into(), "train/loss".into()]);
+        let m = map_keys(&ml);
+        assert_eq!(
+            (m.metrics.loss.as_str(), m.metrics.lr.0[0].as_str()),
+            ("train/loss", "lr")
+        );
+        assert!(m.notes[0].contains("own step"), "{:?}", m.notes);
     }
 }

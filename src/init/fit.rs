@@ -16,6 +16,9 @@ const MAX_TOLERANCE: f64 = 0.05;
 const STEP_SLACK: u64 = 4;
 /// Samples scored per candidate during the search (the winner is scored on all).
 const SEARCH_SAMPLES: usize = 400;
+/// RMS deviations (fraction of peak) below this are noise, not a better curve: the peak is
+/// rounded to 3 significant figures (up to 0.05%) and fp16 loggers keep 0.05%.
+const RMS_NOISE: f64 = 0.001;
 
 #[derive(Debug, Clone)]
 pub struct Fit {
@@ -92,7 +95,7 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
     }
     // Simplest kind first, so an equally good fit keeps the simpler curve.
     let mut order: Vec<usize> = (0..scored.len()).collect();
-    order.sort_by(|&a, &b| scored[a].1.rank(&scored[b].1).then(a.cmp(&b)));
+    order.sort_by(|&a, &b| scored[a].1.rank_kind(&scored[b].1).then(a.cmp(&b)));
     let (mut s, _) = scored[order[0]].clone();
     let runner_up = order.get(1).map(|&i| (scored[i].0.kind, scored[i].1.share));
     if total.is_none() && crate::config::needs_total(s.kind) {
@@ -165,6 +168,22 @@ impl Score {
                 std::cmp::Ordering::Equal
             }
         })
+    }
+}
+
+impl Score {
+    /// Between kinds: as [`Score::rank`], but two curves both within [`RMS_NOISE`] are equally
+    /// good (then the simpler kind is kept).
+    fn rank_kind(&self, other: &Score) -> std::cmp::Ordering {
+        match self.rank(other) {
+            std::cmp::Ordering::Equal => std::cmp::Ordering::Equal,
+            _ if self.rms.max(other.rms) < RMS_NOISE
+                && (self.share * 200.0).round() == (other.share * 200.0).round() =>
+            {
+                std::cmp::Ordering::Equal
+            }
+            o => o,
+        }
     }
 }
 
@@ -341,6 +360,13 @@ mod tests {
             panic!()
         };
         assert_eq!(f.schedule.kind, ScheduleKind::Constant);
+        // 3e-4 as an fp16 logger stores it: 0.02% below the rounded peak, which a cosine
+        // bent down by as much must not beat.
+        let half: Vec<(u64, f64)> = (0..40).map(|i| (i, 2.999_305_725_097_656e-4)).collect();
+        let FitOutcome::Fitted(f) = fit(&half, None) else {
+            panic!()
+        };
+        assert_eq!(f.schedule.kind, ScheduleKind::Constant, "{:?}", f.schedule);
         let FitOutcome::Fitted(f) =
             fit(&sample(&truth(ScheduleKind::Cosine), 25, 3000), Some(5000))
         else {

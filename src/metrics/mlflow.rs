@@ -30,6 +30,32 @@ pub struct MlflowRun {
 /// One logged point: (step, time ms, target, value).
 type Point = (u64, f64, Target, f64);
 
+/// The metric files under `metrics/` with their key (`train/loss`).
+pub fn metric_files(run_dir: &Path) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    let mut stack = vec![(String::new(), run_dir.join("metrics"))];
+    while let Some((prefix, dir)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let key = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push((key, e.path())),
+                Ok(t) if t.is_file() => out.push((key, e.path())),
+                _ => {}
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 impl MlflowRun {
     pub fn new(run_dir: &Path, metrics: &MetricsConfig) -> MlflowRun {
         MlflowRun {
@@ -39,39 +65,13 @@ impl MlflowRun {
         }
     }
 
-    /// The metric files under `metrics/` with their key (`train/loss`).
-    fn metric_files(&self) -> Vec<(String, PathBuf)> {
-        let mut out = Vec::new();
-        let mut stack = vec![(String::new(), self.run_dir.join("metrics"))];
-        while let Some((prefix, dir)) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let key = if prefix.is_empty() {
-                    name
-                } else {
-                    format!("{prefix}/{name}")
-                };
-                match e.file_type() {
-                    Ok(t) if t.is_dir() => stack.push((key, e.path())),
-                    Ok(t) if t.is_file() => out.push((key, e.path())),
-                    _ => {}
-                }
-            }
-        }
-        out.sort();
-        out
-    }
-
     pub fn poll(&mut self, poll: &mut Poll) -> Result<()> {
         if !self.run_dir.join("metrics").is_dir() {
             poll.missing = true;
             return Ok(());
         }
         let mut points: Vec<Point> = Vec::new();
-        for (key, path) in self.metric_files() {
+        for (key, path) in metric_files(&self.run_dir) {
             let Some(target) = self
                 .keys
                 .lookup(key.as_bytes())

@@ -386,10 +386,11 @@ pub fn enqueue(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn q(id: &str, size: u64, in_place: bool) -> Queued {
+    /// A queue entry of `size` bytes (also for the report's tests).
+    pub(crate) fn q(id: &str, size: u64, in_place: bool) -> Queued {
         Queued {
             id: id.into(),
             source: "/s".into(),

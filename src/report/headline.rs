@@ -103,6 +103,61 @@ pub struct Headline {
     pub ledger_problem: Option<String>,
     pub log_problem: Option<String>,
     pub log_garbage: u64,
+    /// Publishes queued by `roger publish --detach` and not yet done (None: none queued).
+    pub queued_publishes: Option<QueuedPublishes>,
+}
+
+/// The detached-publish queue of the checkpoint directory, summed up.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct QueuedPublishes {
+    pub count: usize,
+    /// Bytes the queued checkpoints hold.
+    pub bytes: u64,
+    /// Age of the oldest entry, seconds (None when no entry's time reads).
+    pub oldest_age_s: Option<f64>,
+    /// The destination whose queue this is.
+    pub dest: String,
+}
+
+impl QueuedPublishes {
+    /// The summary of `queue` (oldest first, as `publish::queue::pending` gives it) at `now`;
+    /// None when nothing is queued. Pure.
+    pub fn of(
+        queue: &[crate::publish::queue::Queued],
+        dest: &std::path::Path,
+        now: DateTime<Utc>,
+    ) -> Option<QueuedPublishes> {
+        if queue.is_empty() {
+            return None;
+        }
+        let oldest = queue
+            .iter()
+            .filter_map(|q| DateTime::parse_from_rfc3339(&q.queued_at).ok())
+            .min();
+        Some(QueuedPublishes {
+            count: queue.len(),
+            bytes: queue.iter().map(|q| q.size).sum(),
+            oldest_age_s: oldest.map(|t| {
+                ((now - t.with_timezone(&Utc)).num_milliseconds() as f64 / 1000.0).max(0.0)
+            }),
+            dest: dest.display().to_string(),
+        })
+    }
+
+    /// In words: "2 queued publishes (1.5 GiB), oldest queued 5m ago, to DIR".
+    pub fn words(&self) -> String {
+        format!(
+            "{} queued publish{} ({}){}, to {}",
+            self.count,
+            if self.count == 1 { "" } else { "es" },
+            crate::config::units::format_bytes(self.bytes),
+            self.oldest_age_s.map_or(String::new(), |a| format!(
+                ", oldest queued {} ago",
+                human_duration(a)
+            )),
+            self.dest
+        )
+    }
 }
 
 /// The log is called silent past this many typical steps (and at least [`SILENT_MIN_S`]).
@@ -298,6 +353,7 @@ pub fn build(
         ledger_problem: inputs.ledger_problem.clone(),
         log_problem: log.problem.clone(),
         log_garbage: log.garbage,
+        queued_publishes: None,
     }
 }
 
@@ -375,5 +431,30 @@ pub fn human_duration(s: f64) -> String {
         60..3600 => format!("{}m {:02}s", s / 60, s % 60),
         3600..86400 => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
         _ => format!("{}d {:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::publish::queue::tests::q;
+
+    #[test]
+    fn queued_publishes_summed_with_the_oldest_age() {
+        let now = DateTime::parse_from_rfc3339("2026-01-01T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let dest = std::path::Path::new("/ck");
+        assert_eq!(QueuedPublishes::of(&[], dest, now), None);
+        let mut a = q("1", 2048, false);
+        a.queued_at = "2026-01-01T11:00:00Z".into();
+        let mut b = q("2", 1024, true);
+        b.queued_at = "not a time".into();
+        let s = QueuedPublishes::of(&[a, b], dest, now).unwrap();
+        assert_eq!((s.count, s.bytes, s.oldest_age_s), (2, 3072, Some(3600.0)));
+        assert_eq!(
+            s.words(),
+            "2 queued publishes (3.0 KiB), oldest queued 1h 00m ago, to /ck"
+        );
     }
 }

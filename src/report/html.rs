@@ -116,6 +116,9 @@ fn facts(n: &Night) -> Markup {
                     } @else { span.bad { "none" } }
                 }
             }
+            @if let Some(q) = &h.queued_publishes {
+                div { dt { "Queued publishes" } dd { (q.words()) } }
+            }
             div { dt { "Phase" } dd { (h.phase.clone().unwrap_or_else(|| "—".into())) } }
             div {
                 dt { "roger acted" }

@@ -78,12 +78,27 @@ pub fn load(cfg: &Config, opts: &Options, now: DateTime<Utc>) -> Result<Loaded> 
             },
         },
     };
-    let night = g.finish(&read);
+    let mut night = g.finish(&read);
+    queued_publishes(cfg, now, &mut night.headline);
     Ok(Loaded {
         night,
         ledger: ledger_path,
         log,
     })
+}
+
+/// The checkpoint directory's detached-publish queue (`roger publish --detach`), when any.
+fn queued_publishes(cfg: &Config, now: DateTime<Utc>, h: &mut super::Headline) {
+    let Some(dest) = &cfg.run.checkpoint_dir else {
+        return;
+    };
+    match crate::publish::queue::pending(dest) {
+        Ok(queue) => h.queued_publishes = super::QueuedPublishes::of(&queue, dest, now),
+        Err(e) => h.also.push(format!(
+            "publish queue of {} unreadable: {e:#}",
+            dest.display()
+        )),
+    }
 }
 
 /// Stream the whole log into the builder; the count of unreadable lines.

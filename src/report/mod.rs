@@ -23,7 +23,7 @@ mod tables;
 pub mod text;
 
 pub use events::{CheckStrip, CkptRow, Goodput, Incident, Marker};
-pub use headline::{human_duration, Eta, Headline, LastGood, LastVerdict, State};
+pub use headline::{human_duration, Eta, Headline, LastGood, LastVerdict, QueuedPublishes, State};
 pub use load::{load, Loaded, Options};
 pub use series::{Bucket, Segment, Series};
 

@@ -60,6 +60,9 @@ pub fn digest(n: &Night, colour: bool) -> String {
         ),
         None => "last good checkpoint: none".to_string(),
     });
+    if let Some(q) = &h.queued_publishes {
+        lines.push(clean(&format!("publish: {}", q.words())));
+    }
     let g = &n.goodput;
     lines.push(match g.ratio {
         Some(r) => format!(
