@@ -294,3 +294,122 @@ fn the_dead_man_ping_needs_sight_and_stops_when_roger_dies() {
         "pings went on after roger died: {at_death} -> {after}"
     );
 }
+
+fn old_log(env: &Env) {
+    let log: String = (1..=30)
+        .map(|s| {
+            format!(
+                "{{\"step\": {s}, \"time\": {}, \"loss\": {}, \"tokens_per_s\": 5000}}\n",
+                1_700_000_000 + s,
+                5.0 - 0.01 * s as f64
+            )
+        })
+        .collect();
+    env.write("train.jsonl", log);
+}
+
+/// `roger notify test` tries every channel and says how each went (exit 1: one failed); each
+/// result is a ledger note. `roger notify digest` sends `report --text` now.
+#[test]
+fn notify_test_and_digest_report_each_channel() {
+    let env = Env::new();
+    let r = Receiver::start(&[200]);
+    config(
+        &env,
+        &format!(
+            "deadman_url = \"{}\"\n{}[[notify.command]]\nname = \"mail\"\nargv = [\"sh\", \"-c\", \"cat >/dev/null; echo mailer down >&2; exit 4\"]\n",
+            r.url("/ping"),
+            webhook(&r)
+        ),
+        "",
+    );
+    old_log(&env);
+    let run = env.run(&["notify", "test"]).expect(1);
+    let out = run.stdout();
+    assert!(out.contains("webhook: sent (test)"), "{}", run.report());
+    assert!(
+        out.contains("mail: failed") && out.contains("mailer down"),
+        "{}",
+        run.report()
+    );
+    assert!(
+        out.contains("dead-man ping: answered 200"),
+        "{}",
+        run.report()
+    );
+    let reqs = r.requests();
+    let tests: Vec<_> = reqs
+        .iter()
+        .filter(|q| q.json()["level"] == "test")
+        .collect();
+    assert_eq!(tests.len(), 1, "{reqs:#?}");
+    let recs = records(&env);
+    assert_eq!(notes(&recs, "notify_sent").len(), 1);
+    assert_eq!(notes(&recs, "notify_failed").len(), 1);
+
+    let run = env.run(&["notify", "digest"]).expect(1);
+    let digests: Vec<_> = r
+        .requests()
+        .into_iter()
+        .filter(|q| q.json()["level"] == "digest")
+        .collect();
+    assert_eq!(digests.len(), 1, "{}", run.report());
+    let text = digests[0].json()["text"].as_str().unwrap().to_string();
+    assert!(text.starts_with("roger · fake"), "{text}");
+
+    let bare = Env::new();
+    bare.write("roger.toml", "[run]\nname = \"x\"\nlog = \"l.jsonl\"\n");
+    bare.run(&["notify", "test"])
+        .stderr_has("no [notify] channel");
+}
+
+/// `critic --daemon` routes its own verdicts (here made pages) through the same notifier: one
+/// page per status however many ticks repeat it, and the dead-man ping while it reads the log.
+#[test]
+fn critic_daemon_pages_its_verdicts_once_and_pings() {
+    let env = Env::new();
+    let r = Receiver::start(&[200]);
+    config(
+        &env,
+        &format!(
+            "deadman_url = \"{}\"\n[notify.route]\nverdict = \"page\"\n{}",
+            r.url("/ping"),
+            webhook(&r)
+        ),
+        "",
+    );
+    old_log(&env);
+    let mut c = env.cmd(&["critic", "--daemon", "--interval", "200ms", "--heartbeat"]);
+    c.stdout(Stdio::null())
+        .stderr(std::fs::File::create(env.path("critic.err")).unwrap());
+    let mut daemon = c.spawn().unwrap();
+    poll_until("five verdicts and a ping", Duration::from_secs(60), || {
+        records(&env)
+            .iter()
+            .filter(|r| r.kind == Kind::Verdict)
+            .count()
+            >= 5
+            && r.requests().iter().any(|q| q.path == "/ping")
+    });
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status();
+    wait_child(&mut daemon, Duration::from_secs(30));
+    let recs = records(&env);
+    let statuses: std::collections::BTreeSet<_> = recs
+        .iter()
+        .filter(|r| r.kind == Kind::Verdict)
+        .filter_map(|r| r.str_field("status"))
+        .filter(|s| *s != "pass")
+        .collect();
+    assert!(!statuses.is_empty(), "an old log is not a passing run");
+    let reqs = r.requests();
+    let p = pages(&reqs);
+    assert_eq!(
+        p.len(),
+        statuses.len(),
+        "{statuses:?} {reqs:#?}\n{}",
+        env.read("critic.err")
+    );
+    assert!(p.iter().all(|q| q.json()["kind"] == "verdict"));
+}

@@ -80,6 +80,8 @@ pub struct Notifier {
     last_digest: Option<NaiveDateTime>,
     deadman: Option<String>,
     deadman_failing: bool,
+    /// (kind, cause) whose suppression is in the ledger since its last page.
+    quieted: std::collections::BTreeSet<(String, String)>,
 }
 
 impl Notifier {
@@ -111,6 +113,7 @@ impl Notifier {
             last_digest: None,
             deadman: n.deadman(),
             deadman_failing: false,
+            quieted: Default::default(),
             cfg: cfg.clone(),
         })
     }
@@ -143,16 +146,27 @@ impl Notifier {
                 continue;
             }
             match d {
-                Decision::Page { event, repeats } => self.queue(&event, "page", repeats, r.ts)?,
+                Decision::Page { event, repeats } => {
+                    self.quieted
+                        .remove(&(event.kind.clone(), event.cause.clone()));
+                    self.queue(&event, "page", repeats, r.ts)?
+                }
                 Decision::Digest { event, why } => {
                     eprintln!("roger: notify: {} waits for the digest ({why})", event.text)
                 }
                 Decision::Suppressed { event, why } => {
                     eprintln!("roger: notify: not paging {}: {why}", event.text);
+                    // The ledger hears of the first repeat per cooldown, not of every tick's.
+                    if !self
+                        .quieted
+                        .insert((event.kind.clone(), event.cause.clone()))
+                    {
+                        continue;
+                    }
                     self.note(
                         SUPPRESSED,
                         &[
-                            ("kind", json!(event.kind)),
+                            ("about", json!(event.kind)),
                             ("cause", json!(event.cause)),
                             ("record_seq", json!(event.seq)),
                             ("why", json!(why)),
