@@ -413,3 +413,62 @@ fn critic_daemon_pages_its_verdicts_once_and_pings() {
     );
     assert!(p.iter().all(|q| q.json()["kind"] == "verdict"));
 }
+
+/// `kill -9` of roger after a failed send, then a new `roger watch` (which adopts the trainer
+/// still running): the page is neither lost nor queued again; it is delivered exactly once,
+/// with the key the first attempt carried.
+#[test]
+fn a_restart_after_kill_9_neither_loses_nor_duplicates_a_page() {
+    let env = Env::new();
+    let r = Receiver::start(&[503, 200]);
+    config(
+        &env,
+        &format!("[notify.route]\nrelaunch = \"page\"\n{}", webhook(&r)),
+        "allow_from_scratch = true",
+    );
+    let args = watch_args(
+        &env,
+        &[],
+        &[
+            "--steps",
+            "700",
+            "--step-ms",
+            "50",
+            "--save-every",
+            "10",
+            "--crash-at",
+            "15",
+        ],
+    );
+    let mut c = roger(&env, &args);
+    c.stdout(Stdio::null())
+        .stderr(std::fs::File::create(env.path("first.err")).unwrap());
+    let mut first = c.spawn().unwrap();
+    poll_until("the first send to fail", Duration::from_secs(60), || {
+        !notes(&records(&env), "notify_failed").is_empty()
+    });
+    first.kill().unwrap(); // SIGKILL: no goodbye, the outbox is all that is left
+    first.wait().unwrap();
+    let mut c = roger(&env, &args);
+    c.stdout(Stdio::null())
+        .stderr(std::fs::File::create(env.path("second.err")).unwrap());
+    let mut second = c.spawn().unwrap();
+    wait_child(&mut second, Duration::from_secs(120));
+    let reqs = r.requests();
+    let p = pages(&reqs);
+    let err = env.read("second.err");
+    assert_eq!(p.len(), 2, "{reqs:#?}\n{err}");
+    assert_eq!((p[0].status, p[1].status), (503, 200));
+    assert_eq!(
+        p[0].json()["idempotency_key"],
+        p[1].json()["idempotency_key"]
+    );
+    let recs = records(&env);
+    assert_eq!(notes(&recs, "notify_sent").len(), 1, "{err}");
+    let queued = env
+        .read("roger-outbox.jsonl")
+        .lines()
+        .filter(|l| l.contains("\"op\":\"queued\""))
+        .count();
+    assert_eq!(queued, 1, "queued once across the restart");
+}
