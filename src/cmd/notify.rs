@@ -31,6 +31,9 @@ pub enum NotifyCommand {
     },
 }
 
+/// The payload for one channel (named by the channel: its key differs).
+type PayloadFor = Box<dyn Fn(&str) -> Value>;
+
 pub fn run(global: &Global, args: NotifyArgs) -> Result<u8> {
     let cfg = crate::config::require(global.config.as_deref())?;
     if !cfg.notify.enabled() {
@@ -40,7 +43,7 @@ pub fn run(global: &Global, args: NotifyArgs) -> Result<u8> {
         );
     }
     let now = Utc::now();
-    let (about, payload): (&str, Box<dyn Fn(&str) -> Value>) = match args.what {
+    let (about, payload): (&str, PayloadFor) = match args.what {
         NotifyCommand::Test => {
             let run = cfg.run.name.clone();
             let nonce = now.timestamp_millis();
