@@ -348,3 +348,50 @@ pub fn digest_payload(run: &str, text: &str, key: &str, now: DateTime<Utc>) -> V
         "ts": now.to_rfc3339(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn local(d: u32, h: u32, m: u32) -> DateTime<Utc> {
+        Local
+            .with_ymd_and_hms(2026, 1, d, h, m, 0)
+            .single()
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    /// The digest goes out once per day after `digest_at` on an injected clock, and a restart
+    /// the same day does not send it again (its key is the date).
+    #[test]
+    fn the_digest_goes_once_a_day_at_its_time_across_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("hook.jsonl");
+        let text = format!(
+            "[run]\nname = \"r\"\nlog = \"missing.jsonl\"\n[notify]\ndigest_at = \"08:00\"\n[[notify.command]]\nargv = [\"sh\", \"-c\", \"cat >> {}\"]\n",
+            out.display()
+        );
+        let path = dir.path().join("roger.toml");
+        std::fs::write(&path, &text).unwrap();
+        let cfg = Config::parse(&text, &path).unwrap();
+        let sent = || {
+            std::fs::read_to_string(&out)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("\"level\":\"digest\""))
+                .count()
+        };
+        let mut n = Notifier::from_config(&cfg, "watch", local(5, 7, 0)).unwrap();
+        n.tick(local(5, 7, 59), false);
+        assert_eq!(sent(), 0, "not before 08:00");
+        n.tick(local(5, 8, 1), false);
+        n.tick(local(5, 9, 0), false);
+        assert_eq!(sent(), 1);
+        let mut again = Notifier::from_config(&cfg, "watch", local(5, 10, 0)).unwrap();
+        again.tick(local(5, 10, 0), false);
+        assert_eq!(sent(), 1, "a restart the same day sends no second digest");
+        again.tick(local(6, 8, 0), false);
+        assert_eq!(sent(), 2, "the next day's");
+    }
+}
