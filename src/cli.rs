@@ -64,6 +64,9 @@ pub enum Command {
     /// The disk before the emergency (free space, growth, hours to full, prune), clean logs
     /// (ANSI, tqdm redraws), flapping checks, regressions against a baseline run.
     Hygiene(cmd::hygiene::HygieneArgs),
+    /// Tell a person: `test` sends a test message on every `[notify]` channel, `digest`
+    /// sends `roger report --text` now.
+    Notify(cmd::notify::NotifyArgs),
     /// Set suspect items aside (moved, never copied) until a trial proves them good:
     /// add, list, show, prove, release, purge, and scan the run's outputs.
     Quarantine(cmd::quarantine::QuarantineArgs),

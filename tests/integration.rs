@@ -15,6 +15,7 @@ mod gpu_check_script;
 mod hygiene;
 mod init;
 mod ledger;
+mod notify;
 mod powercut;
 mod probe;
 mod publish;

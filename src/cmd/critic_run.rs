@@ -216,6 +216,8 @@ pub fn daemon(
     let mut last: Option<Verdict> = None;
     let mut disk = crate::hygiene::disk_tick::DiskTicker::default();
     let mut export = crate::export::Exporter::from_config(runner.cfg, "critic");
+    let mut notify =
+        crate::notify::daemon::Notifier::from_config(runner.cfg, "critic", clock.now());
     while !STOP.load(Ordering::SeqCst) {
         let now = clock.now();
         if runner.cfg.critic.disk_check {
@@ -230,8 +232,10 @@ pub fn daemon(
                 Err(e) => eprintln!("roger: error: disk check: {e:#}"),
             }
         }
+        let mut observed = false;
         match runner.tick(now) {
             Ok(mut tick) => {
+                observed = true;
                 mark_flapping(&mut tick.verdict, ledger, runner.cfg);
                 let changed = last
                     .as_ref()
@@ -255,6 +259,9 @@ pub fn daemon(
                 now: now.timestamp_millis() as f64 / 1000.0,
                 ..Default::default()
             });
+        }
+        if let Some(n) = notify.as_mut() {
+            n.tick(now, observed);
         }
         sleep_unless_stopped(opts.interval);
     }

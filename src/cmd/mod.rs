@@ -8,6 +8,7 @@ pub mod critic_run;
 pub mod hygiene;
 pub mod init;
 pub mod ledger;
+pub mod notify;
 pub mod probe;
 pub mod publish;
 pub mod publish_queue;
@@ -33,6 +34,7 @@ pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
         Command::Quarantine(a) => (quarantine::role(&a), quarantine::run(global, a)),
         Command::Probe(a) => (Role::Judge, probe::run(global, a)),
         Command::Bench(a) => (Role::Judge, bench::run(global, a)),
+        Command::Notify(a) => (Role::Actor, notify::run(global, a)),
         Command::Watch(a) => (Role::Actor, watch::run(global, a)),
         Command::Report(a) => (Role::Judge, report::run(global, a)),
         Command::Status(a) => (Role::Judge, status::run(global, a)),

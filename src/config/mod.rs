@@ -5,6 +5,7 @@ pub mod critic;
 pub mod export;
 pub mod gpu;
 pub mod hygiene;
+pub mod notify;
 mod schedule_rules;
 pub mod units;
 mod validate;
@@ -92,6 +93,8 @@ struct RawConfig {
     bench: BenchConfig,
     #[serde(default)]
     export: export::ExportConfig,
+    #[serde(default)]
+    notify: notify::NotifyConfig,
 }
 
 /// A loaded, validated roger.toml with paths resolved against its directory.
@@ -118,6 +121,7 @@ pub struct Config {
     pub gpu: GpuConfig,
     pub bench: BenchConfig,
     pub export: export::ExportConfig,
+    pub notify: notify::NotifyConfig,
 }
 
 impl Config {
@@ -191,6 +195,7 @@ impl Config {
             gpu,
             bench: raw.bench,
             export: raw.export.resolve(&base),
+            notify: raw.notify,
         })
     }
 

@@ -101,6 +101,8 @@ pub(crate) struct Watcher<'a> {
     pub xids: xids::XidFeed,
     /// `[export] textfile`: rewritten after each tick.
     pub export: Option<crate::export::Exporter>,
+    /// `[notify]`: pages, digest and dead-man ping after each tick.
+    pub notify: Option<crate::notify::daemon::Notifier>,
 }
 
 /// Run the watch until the run is done, a breaker opens, or roger is told to stop.
@@ -220,6 +222,7 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         disk: Default::default(),
         xids: xids::XidFeed::start(&cfg.gpu.source),
         export: crate::export::Exporter::from_config(cfg, SOURCE),
+        notify: crate::notify::daemon::Notifier::from_config(cfg, SOURCE, chrono::Utc::now()),
         ledger,
     };
     me.start()
@@ -384,6 +387,11 @@ impl Watcher<'_> {
             };
             // After the tick's records, so the file shows what it decided (a breaker, too).
             self.export(&a);
+            if let Some(n) = self.notify.as_mut() {
+                // Blind (unknown) is exactly when the dead-man ping must stop.
+                let observed = !matches!(a.state, State::Unknown { .. });
+                n.tick(chrono::Utc::now(), observed);
+            }
             if let Flow::Exit(code) = flow {
                 return Ok(code);
             }
