@@ -58,7 +58,7 @@ pub struct WebhookConfig {
     pub name: Option<String>,
     #[serde(default)]
     pub preset: Preset,
-    /// http://... (https: see README; a command hook with curl covers it).
+    /// http://... or https://...
     pub url: Option<String>,
     /// The environment variable holding the URL (keeps a Slack/ntfy secret out of the TOML).
     pub url_env: Option<String>,

@@ -1,13 +1,12 @@
-//! The channels at the edge: a webhook (HTTP/1.1 POST over a plain `TcpStream`; presets shape
-//! the body for Slack, Discord, ntfy or generic JSON) and a command hook (argv, the event JSON
-//! on stdin). https is not linked in (no TLS crate builds offline here): point an https
-//! service at a command hook running curl. Secrets come from the environment at send time.
+//! The channels at the edge: a webhook (an HTTP or HTTPS POST through `ureq`, rustls with the
+//! webpki roots, so no system OpenSSL is needed; presets shape the body for Slack, Discord, ntfy
+//! or generic JSON) and a command hook (argv, the event JSON on stdin). Secrets come from the
+//! environment at send time, and no error repeats a URL (it may hold a token).
 
 use crate::config::notify::{CommandConfig, NotifyConfig, Preset, WebhookConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -130,30 +129,8 @@ fn webhook(w: &WebhookConfig, payload: &Value) -> Result<()> {
     Ok(())
 }
 
-/// Split `http://host[:port]/path`; errors never repeat the URL (it may hold a token).
-fn split_url(url: &str) -> Result<(String, u16, String)> {
-    if url.starts_with("https://") {
-        bail!("https is not supported by roger's built-in client; use a [[notify.command]] hook with curl");
-    }
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| anyhow!("the url must start with http://"))?;
-    let (hostport, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let (host, port) = match hostport.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || hostport.starts_with('[') => (
-            h.to_string(),
-            p.parse()
-                .map_err(|_| anyhow!("the url's port is not a number"))?,
-        ),
-        _ => (hostport.to_string(), 80),
-    };
-    Ok((host, port, path.to_string()))
-}
-
-/// One HTTP/1.1 request with `Connection: close`; returns the status code.
+/// One request; returns the HTTP status (a non-2xx answer is a status, not an error). Errors
+/// name what failed (resolving, connecting, TLS, a timeout) but never the URL.
 pub fn request(
     method: &str,
     url: &str,
@@ -162,52 +139,30 @@ pub fn request(
     body: &[u8],
     timeout: Duration,
 ) -> Result<u16> {
-    let (host, port, path) = split_url(url)?;
-    let deadline = Instant::now() + timeout;
-    let addr = (host.trim_matches(['[', ']']), port)
-        .to_socket_addrs()
-        .map_err(|e| anyhow!("resolving the webhook host: {e}"))?
-        .next()
-        .ok_or_else(|| anyhow!("the webhook host has no address"))?;
-    let mut s = TcpStream::connect_timeout(&addr, timeout).context("connecting")?;
-    s.set_write_timeout(Some(timeout))?;
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: roger/{}\r\nConnection: close\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n",
-        env!("CARGO_PKG_VERSION"),
-        body.len()
-    );
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        bail!("the url must start with http:// or https://");
+    }
+    let agent = ureq::AgentBuilder::new()
+        .timeout(timeout)
+        .user_agent(&format!("roger/{}", env!("CARGO_PKG_VERSION")))
+        .redirects(0)
+        .build();
+    let mut req = agent.request(method, url).set("Content-Type", ctype);
     for (k, v) in headers {
         // A value with a line break would smuggle headers; drop it.
         if !v.contains(['\r', '\n']) && !k.contains(['\r', '\n', ':']) {
-            head.push_str(&format!("{k}: {v}\r\n"));
+            req = req.set(k, v);
         }
     }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes())
-        .and_then(|()| s.write_all(body))
-        .context("sending")?;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !got.windows(2).any(|w| w == b"\r\n") {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            bail!("no answer within {} s", timeout.as_secs());
-        }
-        s.set_read_timeout(Some(left))?;
-        match s.read(&mut buf).context("reading the answer")? {
-            0 => break,
-            n => got.extend_from_slice(&buf[..n]),
-        }
-        if got.len() > 64 * 1024 {
-            break;
+    match req.send_bytes(body) {
+        Ok(answer) => Ok(answer.status()),
+        Err(ureq::Error::Status(code, _)) => Ok(code),
+        Err(ureq::Error::Transport(t)) => {
+            // The transport error's Display carries the URL; its kind and cause do not.
+            let cause = std::error::Error::source(&t).map_or(String::new(), |c| format!(": {c}"));
+            bail!("{}{cause}", t.kind())
         }
     }
-    let line = String::from_utf8_lossy(&got);
-    line.split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .filter(|_| line.starts_with("HTTP/"))
-        .ok_or_else(|| anyhow!("the answer is not HTTP"))
 }
 
 pub fn post(
@@ -288,19 +243,52 @@ mod tests {
     }
 
     #[test]
-    fn urls_split_and_https_is_refused_in_words() {
-        assert_eq!(
-            split_url("http://127.0.0.1:8080/a/b").unwrap(),
-            ("127.0.0.1".into(), 8080, "/a/b".into())
-        );
-        assert_eq!(
-            split_url("http://ntfy.local").unwrap(),
-            ("ntfy.local".into(), 80, "/".into())
-        );
-        let e = split_url("https://hooks.slack.com/services/T/B/SECRET")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("curl") && !e.contains("SECRET"), "{e}");
+    fn errors_name_what_failed_never_the_url() {
+        // A port nothing listens on: plain http, and https (TLS is attempted, never reached).
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = free.local_addr().unwrap().port();
+        drop(free);
+        for scheme in ["http", "https"] {
+            let url = format!("{scheme}://127.0.0.1:{port}/services/T/B/SECRET");
+            let e = post(&url, "text/plain", &[], b"x", Duration::from_secs(5))
+                .unwrap_err()
+                .to_string();
+            assert!(!e.contains("SECRET") && !e.contains("/services"), "{e}");
+            assert!(e.to_lowercase().contains("connect"), "{e}");
+        }
+        let e = post(
+            "ftp://x/SECRET",
+            "text/plain",
+            &[],
+            b"",
+            Duration::from_secs(1),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("http://") && !e.contains("SECRET"), "{e}");
+    }
+
+    /// https really speaks TLS: against a plain-HTTP server it fails in the handshake instead
+    /// of sending the payload in clear text.
+    #[test]
+    fn https_speaks_tls() {
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = server.local_addr().unwrap().port();
+        let got = std::thread::spawn(move || {
+            let (mut s, _) = server.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+            buf.truncate(n);
+            buf
+        });
+        let url = format!("https://127.0.0.1:{port}/hook");
+        let r = post(&url, "text/plain", &[], b"PAYLOAD", Duration::from_secs(5));
+        let first = got.join().unwrap();
+        assert!(r.is_err(), "{r:?}");
+        assert_eq!(first.first(), Some(&0x16), "a TLS handshake record first");
+        assert!(!String::from_utf8_lossy(&first).contains("PAYLOAD"));
     }
 
     #[test]
