@@ -3,7 +3,7 @@
 //! night's records, then times the whole report (ledger scan, log stream, model, page) against
 //! a baseline measured in the same run: the same log streamed through roger's metrics reader
 //! with nothing done with the samples. Prints the log size, both times, their ratio and the
-//! page size.
+//! page size, and `wc -l` over the same log as a floor for the reader.
 //!
 //! ```text
 //! cargo run --release --example report_bench -- [--steps N] [--every K] [--format jsonl|csv] [--dir DIR]
@@ -44,6 +44,16 @@ fn parse() -> Opts {
 }
 
 const T0: f64 = 1_800_000_000.0;
+
+/// CPU seconds this process has used on all its threads (user + system): beside the wall
+/// times, a measure that does not depend on how busy the machine's other tenants are.
+fn cpu_secs() -> f64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage only writes the struct it is given.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
 
 /// The log: a steady loss with a spike, a NaN stretch, and a relaunch from 90% of the first
 /// stretch back to 85%. Returns (bytes, lines).
@@ -187,8 +197,18 @@ fn main() {
     // Warm the page cache so both measurements read from memory.
     let _ = std::fs::read(&log).map(|b| b.len());
 
-    // Baseline: roger's own reader over the same log, the samples dropped.
+    // Floor: `wc -l` over the same log (one core, counting newlines), when it is installed.
     let t = Instant::now();
+    let wc = std::process::Command::new("wc")
+        .arg("-l")
+        .arg(&log)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| t.elapsed().as_secs_f64());
+
+    // Baseline: roger's own reader over the same log, the samples dropped.
+    let (t, cpu) = (Instant::now(), cpu_secs());
     let mut tail =
         roger::metrics::tail::Tail::new(&log, cfg.run.format, &cfg.metrics).expect("reader");
     let mut n = 0usize;
@@ -198,9 +218,10 @@ fn main() {
     })
     .expect("read");
     let baseline = t.elapsed().as_secs_f64();
+    let baseline_cpu = cpu_secs() - cpu;
 
     let now = chrono::DateTime::from_timestamp(T0 as i64 + (o.steps as i64) / 3, 0).unwrap();
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_secs());
     let loaded = roger::report::load(
         &cfg,
         &roger::report::Options {
@@ -212,6 +233,7 @@ fn main() {
     .expect("report");
     let page = roger::report::html::page(&loaded.night, Some(&dir));
     let report = t.elapsed().as_secs_f64();
+    let report_cpu = cpu_secs() - cpu;
     let again = roger::report::html::page(&loaded.night, Some(&dir));
     assert_eq!(page, again, "the page is not deterministic");
     assert_eq!(
@@ -224,10 +246,24 @@ fn main() {
         o.format,
         bytes as f64 / (1 << 20) as f64
     );
-    println!("baseline (roger's log reader alone): {baseline:.2}s");
+    if let Some(wc) = wc {
+        println!(
+            "wc -l over the log: {wc:.2}s; roger's reader = {:.2}x wc -l",
+            baseline / wc
+        );
+    }
+    println!("baseline (roger's log reader alone): {baseline:.2}s ({baseline_cpu:.2}s CPU)");
     println!(
-        "roger report (ledger + log + model + page): {report:.2}s = {:.2}x the baseline",
+        "roger report (ledger + log + model + page): {report:.2}s ({report_cpu:.2}s CPU) = {:.2}x the baseline",
         report / baseline
+    );
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "load average (1, 5, 15 min): {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     println!(
         "page: {:.0} KiB ({} bytes), {} segments, {} incidents",

@@ -18,6 +18,8 @@ pub enum Target {
     Metric(usize),
 }
 
+const LEN_BUCKETS: usize = 64;
+
 /// `[metrics]` as (target, key) pairs. Keys compare with `.` and `/` as the same separator,
 /// so `train/loss` finds `{"train": {"loss": ..}}` and a flat `"train/loss"` key alike.
 #[derive(Debug, Clone)]
@@ -25,6 +27,9 @@ pub struct Keys {
     pub wanted: Vec<(Target, Vec<u8>)>,
     /// Per `wanted` entry: whether its key has a `.` or `/` (then a separator-blind match).
     has_sep: Vec<bool>,
+    /// By key length (the last entry: any longer key): a bit per `wanted` entry of that
+    /// length, so the hot lookup compares only keys that can match.
+    by_len: [u32; LEN_BUCKETS],
     pub vram_unit: crate::config::VramUnit,
     pub clock: crate::config::Clock,
     step_time_ms: bool,
@@ -63,9 +68,14 @@ impl Keys {
             .iter()
             .map(|(_, k)| k.iter().any(|&c| c == b'.' || c == b'/'))
             .collect();
+        let mut by_len = [0u32; LEN_BUCKETS];
+        for (i, (_, k)) in wanted.iter().enumerate() {
+            by_len[k.len().min(LEN_BUCKETS - 1)] |= 1 << i;
+        }
         Keys {
             wanted,
             has_sep,
+            by_len,
             vram_unit: m.vram_unit,
             clock: m.clock,
             step_time_ms: m.step_time_unit == crate::config::TimeUnit::Ms,
@@ -99,12 +109,16 @@ impl Keys {
     /// Keys without a separator can only match exactly, which is one short memcmp.
     #[inline]
     pub fn lookup_mask(&self, key: &[u8]) -> u32 {
+        let mut candidates = self.by_len[key.len().min(LEN_BUCKETS - 1)];
         let mut mask = 0;
-        for (i, (_, k)) in self.wanted.iter().enumerate() {
-            if k.len() == key.len()
-                && (k.first() == key.first() || self.has_sep[i])
-                && (k.as_slice() == key || (self.has_sep[i] && same_key(k, key)))
-            {
+        while candidates != 0 {
+            let i = candidates.trailing_zeros() as usize;
+            candidates &= candidates - 1;
+            let k = self.wanted[i].1.as_slice();
+            // A byte loop beats a memcmp call on keys this short. (The length check matters
+            // only in the last, shared bucket.)
+            let same = k.len() == key.len() && k.iter().zip(key).all(|(a, b)| a == b);
+            if same || (self.has_sep[i] && same_key(k, key)) {
                 mask |= 1 << i;
             }
         }
@@ -195,4 +209,55 @@ impl Fields {
 
 pub(super) fn as_step(v: f64) -> Option<u64> {
     (v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 1.8e19).then_some(v as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hot lookup (length-filtered bit mask) agrees with the plain one on keys of equal
+    /// length, separator-blind keys and keys longer than the length table.
+    #[test]
+    fn lookup_mask_agrees_with_lookup() {
+        let long = "x".repeat(70);
+        let longer = "x".repeat(71);
+        let m = MetricsConfig {
+            loss: "train/loss".into(),
+            grad_norm: "gn".into(),
+            eval_loss: long.clone(),
+            vram: "lr".into(), // same key, two targets
+            ..Default::default()
+        };
+        let keys = Keys::new(&m);
+        let tricky = [
+            "step",
+            "stap",
+            "loss",
+            "train/loss",
+            "train.loss",
+            "train/lost",
+            "trainXloss",
+            "lr",
+            "gn",
+            "ng",
+            "",
+            "time",
+            long.as_str(),
+            longer.as_str(),
+            "tokens_per_s",
+            "s",
+        ];
+        for key in tricky {
+            let want: Vec<Target> = keys.lookup(key.as_bytes()).collect();
+            let mask = keys.lookup_mask(key.as_bytes());
+            let got: Vec<Target> = (0..keys.wanted.len())
+                .filter(|i| mask & (1 << i) != 0)
+                .map(|i| keys.wanted[i].0)
+                .collect();
+            assert_eq!(got, want, "{key:?}");
+        }
+        assert_eq!(keys.lookup_mask(b"lr").count_ones(), 2);
+        assert_ne!(keys.lookup_mask(long.as_bytes()), 0);
+        assert_eq!(keys.lookup_mask(longer.as_bytes()), 0);
+    }
 }

@@ -142,10 +142,11 @@ impl Scanner<'_> {
                         self.skip_value()?;
                     } else if let Some(v) = self.plain_number() {
                         // The common case: a bare number, read in the pass that finds its end.
-                        for (i, (t, _)) in keys.wanted.iter().enumerate() {
-                            if mask & (1 << i) != 0 {
-                                self.fields.set(*t, v);
-                            }
+                        let mut bits = mask;
+                        while bits != 0 {
+                            self.fields
+                                .set(keys.wanted[bits.trailing_zeros() as usize].0, v);
+                            bits &= bits - 1;
                         }
                     } else {
                         let (vs, ve) = self.scalar()?;

@@ -219,7 +219,7 @@ pub fn line_parser(format: LogFormat, m: &MetricsConfig) -> Result<Option<Box<dy
 /// A log of several files or binary records, read incrementally by its own reader.
 pub enum Source {
     Events(Box<tensorboard::EventLog>),
-    Mlflow(mlflow::MlflowRun),
+    Mlflow(Box<mlflow::MlflowRun>),
 }
 
 impl Source {
@@ -229,7 +229,7 @@ impl Source {
             LogFormat::Tensorboard => Some(Source::Events(Box::new(tensorboard::EventLog::new(
                 path, m,
             )))),
-            LogFormat::Mlflow => Some(Source::Mlflow(mlflow::MlflowRun::new(path, m))),
+            LogFormat::Mlflow => Some(Source::Mlflow(Box::new(mlflow::MlflowRun::new(path, m)))),
             LogFormat::Jsonl | LogFormat::Csv | LogFormat::Text | LogFormat::HfTrainerState => None,
         }
     }

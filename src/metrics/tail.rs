@@ -5,7 +5,7 @@
 //! (trainer_state.json) are re-read whole when their size, mtime or inode changes. Event
 //! files and MLflow runs are read by their own incremental [`super::Source`].
 
-use super::lines::{feed, one_line, CHUNK};
+use super::lines::{feed_with, one_line, CHUNK};
 use super::{Batch, LineParser, Record};
 use crate::config::{LogFormat, MetricsConfig};
 use anyhow::{Context, Result};
@@ -305,6 +305,8 @@ impl Tail {
             .map_or(0, |m| m.len().saturating_sub(open.offset)) as usize;
         let want = (have + pending).clamp(small, CHUNK.max(have * 2));
         open.partial.resize(want, 0);
+        // The previous chunk's records, handed on while the next chunk is parsed.
+        let mut parsed: Vec<Record> = Vec::new();
         loop {
             if have == open.partial.len() {
                 // A line longer than the buffer.
@@ -328,17 +330,21 @@ impl Tail {
             poll.batch.bytes += n as u64;
             crate::progress::advance(n as u64);
             have += n;
-            let used = feed(
+            let records = &mut poll.records;
+            let used = feed_with(
                 &mut **parser,
                 &open.partial[..have],
                 &mut open.line_no,
                 &self.path,
                 &mut poll.batch,
+                &mut || flush(&mut parsed, records),
             );
             open.partial.copy_within(used..have, 0);
             have -= used;
-            flush(&mut poll.batch.records, &mut poll.records);
+            // `parsed` was emptied by the flush: it takes this chunk's records, in order.
+            std::mem::swap(&mut parsed, &mut poll.batch.records);
         }
+        flush(&mut parsed, &mut poll.records);
         open.partial.truncate(have);
         open.partial.shrink_to(small);
         if finished && !open.partial.is_empty() {
@@ -376,6 +382,43 @@ mod tests {
 
     fn tail(p: &Path) -> Tail {
         Tail::new(p, LogFormat::Jsonl, &MetricsConfig::default()).unwrap()
+    }
+
+    /// A first read of a log several chunks long is parsed on all cores while the previous
+    /// chunk's records are handed on: the sink still gets every line once, in log order,
+    /// with garbage numbered by its true line, and the unfinished last line waits.
+    #[test]
+    fn big_first_read_hands_records_on_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        let mut text = String::new();
+        let lines = 700_000u64;
+        for i in 1..=lines {
+            if i % 250_000 == 0 {
+                text.push_str("garbage\n");
+            } else {
+                text.push_str(&format!("{{\"step\": {i}, \"loss\": 2.5}}\n"));
+            }
+        }
+        assert!(text.len() > 2 * CHUNK, "spans several chunks");
+        text.push_str("{\"step\": 0, \"lo");
+        append(&p, &text);
+        let mut t = tail(&p);
+        let (mut seen, mut handed) = (Vec::new(), 0);
+        let poll = t
+            .poll_into(&mut |recs: &mut Vec<Record>| {
+                handed += usize::from(!recs.is_empty());
+                seen.extend(recs.drain(..).map(|r| r.step));
+            })
+            .unwrap();
+        let want: Vec<u64> = (1..=lines).filter(|i| i % 250_000 != 0).collect();
+        assert_eq!(seen, want);
+        assert!(handed > 2, "handed on a chunk at a time ({handed})");
+        assert_eq!(poll.records, want.len());
+        let bad: Vec<u64> = poll.batch.garbage.iter().map(|g| g.line).collect();
+        assert_eq!(bad, vec![250_000, 500_000]);
+        append(&p, "ss\": 1}\n");
+        assert_eq!(steps(&t.poll().unwrap()), vec![0]);
     }
 
     #[test]
