@@ -173,7 +173,10 @@ fn main() {
     let o = parse();
     let tmp;
     let dir = match &o.dir {
-        Some(d) => d.clone(),
+        Some(d) => {
+            std::fs::create_dir_all(d).expect("--dir");
+            d.clone()
+        }
         None => {
             tmp = tempfile::tempdir().expect("temp dir");
             tmp.path().to_path_buf()
