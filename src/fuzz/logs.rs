@@ -21,7 +21,7 @@ pub(super) fn example_config() -> &'static Config {
 }
 
 /// What the watch does with parsed samples: keep a history and judge it.
-fn judge_all(records: &[Record]) {
+pub(super) fn judge_all(records: &[Record]) {
     let cfg = example_config();
     let mut h = History::new(cfg);
     for r in records {

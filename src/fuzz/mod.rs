@@ -15,6 +15,7 @@
 //!  ROGER_FUZZ_ITERS=10000000 cargo test --release --lib fuzz::logs::fuzz_jsonl -- --nocapture`
 //! (`ROGER_FUZZ_ITERS` replaces every target's count; `ROGER_FUZZ_SEED=N` another stream).
 
+mod events;
 mod gen;
 mod ledger;
 mod logs;
