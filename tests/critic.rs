@@ -253,7 +253,7 @@ fn replay_detects_a_tampered_observation() {
         "{\"step\": 1, \"loss\": 2.0}\n{\"step\": 2, \"loss\": 2.1}\n",
     );
     env.run(&["critic"]).expect(0);
-    env.run(&["critic"]).expect(0);
+    env.run(&["critic", "--heartbeat"]).expect(0);
     env.run(&["critic", "--replay", "--ledger", "roger-ledger.jsonl"])
         .expect(0)
         .stdout_has("replayed 2 critic verdict(s), 0 differ");

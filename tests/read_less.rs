@@ -86,7 +86,8 @@ fn judge(env: &Env, extra: &[&str]) -> (Value, Value) {
 
 /// [`judge`], with stderr.
 fn judge_err(env: &Env, extra: &[&str]) -> (Value, Value, String) {
-    let mut args = vec!["critic", "--once", "--json", "--now", NOW];
+    // --heartbeat: every call files its verdict, whose observation is compared here.
+    let mut args = vec!["critic", "--once", "--json", "--heartbeat", "--now", NOW];
     args.extend_from_slice(extra);
     let run = env.run(&args);
     assert!(run.code() <= 3, "{}", run.report());
@@ -250,4 +251,79 @@ fn compare_without_cache(env: &Env, what: &str) {
     let full = judge(env, &["--full-read"]);
     assert_eq!(fast, full, "{what}");
     assert!(!env.path("roger-ledger.jsonl.critic-cache").exists());
+}
+
+/// A repeated check files only what is new, as the daemon does: no new samples and the same
+/// statuses as its last filing (still the ledger's newest record) files nothing and says so;
+/// a new sample, a changed status, another writer's record, or `--heartbeat` files again.
+#[test]
+fn a_repeated_check_files_only_what_changed() {
+    let env = Env::new();
+    env.write(
+        "roger.toml",
+        "[run]\nname = \"t\"\nlog = \"train.jsonl\"\n[[phase]]\nname = \"all\"\nfrom = 0\n\
+         loss = [1.0, 5.0]\nstale = \"1h\"\n",
+    );
+    env.write(
+        "train.jsonl",
+        "{\"step\": 1, \"time\": 1748735000, \"loss\": 2.0}\n\
+         {\"step\": 2, \"time\": 1748735100, \"loss\": 2.1}\n",
+    );
+    let verdicts = || {
+        Ledger::new(env.path("roger-ledger.jsonl"))
+            .records()
+            .unwrap()
+            .iter()
+            .filter(|r| r.kind == roger::ledger::Kind::Verdict)
+            .count()
+    };
+    let once = |now: &str, extra: &[&str]| {
+        let mut args = vec!["critic", "--once", "--now", now];
+        args.extend_from_slice(extra);
+        env.run(&args)
+    };
+    let t0 = "2025-06-01T00:00:00Z";
+    once(t0, &[]).expect(0).stdout_has("(ledger seq 1,");
+    assert_eq!(verdicts(), 1);
+    once(t0, &[])
+        .expect(0)
+        .stdout_has("unchanged since ledger seq 1 of ");
+    let j = once(t0, &["--json"]).expect(0);
+    let v: Value = serde_json::from_str(j.stdout().trim()).unwrap();
+    assert_eq!(
+        (v["seq"].as_u64(), v["unchanged"].as_bool()),
+        (Some(1), Some(true))
+    );
+    assert_eq!(verdicts(), 1, "nothing new: nothing filed");
+    // --heartbeat files anyway.
+    once(t0, &["--heartbeat"])
+        .expect(0)
+        .stdout_has("(ledger seq 2,");
+    // A new sample is filed.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(env.path("train.jsonl"))
+        .unwrap();
+    std::io::Write::write_all(
+        &mut f,
+        b"{\"step\": 3, \"time\": 1748735200, \"loss\": 2.2}\n",
+    )
+    .unwrap();
+    once(t0, &[]).expect(0).stdout_has("(ledger seq 3,");
+    // Two hours later, no new sample: stale fails now, a changed status, filed.
+    let t2 = "2025-06-01T02:00:00Z";
+    once(t2, &[]).expect(2).stdout_has("(ledger seq 4,");
+    once(t2, &[])
+        .expect(2)
+        .stdout_has("unchanged since ledger seq 4");
+    // Another writer's record after ours: ours is no longer the newest, so file.
+    Ledger::new(env.path("roger-ledger.jsonl"))
+        .append(
+            roger::ledger::Entry::new(roger::ledger::Kind::Note, "test", "t"),
+            chrono::Utc::now(),
+        )
+        .unwrap();
+    once(t2, &[]).expect(2).stdout_has("(ledger seq 6,");
+    assert_eq!(verdicts(), 5);
+    env.run(&["ledger", "verify"]).expect(0);
 }

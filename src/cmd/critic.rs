@@ -31,7 +31,8 @@ Exit codes (--once): 0 pass, 1 warn, 2 fail, 3 unknown.
 --replay: 0 every verdict recomputes the same, 2 some differ, 3 none to replay.
 --daemon: 0 after SIGTERM/SIGINT.")]
 pub struct CriticArgs {
-    /// Judge once, file one verdict, exit with its status (the default mode).
+    /// Judge once, file the verdict (unless nothing changed since this command last filed
+    /// one: no new samples, same statuses), exit with its status (the default mode).
     #[arg(long, conflicts_with_all = ["daemon", "replay"])]
     pub once: bool,
 
@@ -48,8 +49,9 @@ pub struct CriticArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_interval, requires = "daemon")]
     pub interval: Option<Duration>,
 
-    /// Daemon: file a verdict every tick, even when nothing changed.
-    #[arg(long, requires = "daemon")]
+    /// File a verdict every check (every tick with --daemon), even when there are no new
+    /// samples and every check has the status it was last filed with.
+    #[arg(long, conflicts_with = "replay")]
     pub heartbeat: bool,
 
     /// Ledger to write to (or to replay); default: the config's.
@@ -130,7 +132,7 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
             }
             if let Some(seq) = seq {
                 if json {
-                    print_json(&tick.verdict, Some(seq));
+                    print_json(&tick.verdict, Filing::New(seq));
                 } else {
                     print_summary(tick, seq);
                 }
@@ -145,10 +147,12 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
     } else {
         summary.load(&cfg, &log)
     };
+    let mut filed = None;
     match cached {
-        Ok((tail, history)) => {
+        Ok((tail, history, last)) => {
             runner.replace_tail(tail);
             runner.restore(history);
+            filed = last.filter(|f| f.still_last(ledger.path()));
         }
         Err(why) => {
             if why != "none yet" {
@@ -166,27 +170,64 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
             }
         }
     }
-    runner.judged_through(super::critic_run::last_judged_step(&ledger, &cfg.run.name));
+    // Our last filing is still the ledger's newest record: its step is the last judged one.
+    runner.judged_through(match &filed {
+        Some(f) => f.verdict.step,
+        None => super::critic_run::last_judged_step(&ledger, &cfg.run.name),
+    });
     let bar =
         crate::metrics::locate::resolve(&log).and_then(|p| crate::progress::reading(&p, "reading"));
     let mut tick = runner.tick(args.now.unwrap_or_else(|| clock.now()))?;
     drop(bar);
     report_read(&tick, &log);
     format_hint(&tick, &log, cfg.run.format);
+    // The daemon's rule: no new samples and every check as it was filed last time means
+    // nothing new to file (`--heartbeat` files anyway). Only when that filing is known to
+    // be the ledger's newest record, so no other writer's record is skipped over.
+    if let Some(last) = filed.as_ref().filter(|f| {
+        !args.heartbeat && tick.new_samples == 0 && tick.verdict.same_statuses(&f.verdict)
+    }) {
+        tick.verdict.flapping = last.verdict.flapping.clone();
+        let filing = Filing::Unchanged(last.seq, last.ts);
+        if args.json {
+            print_json(&tick.verdict, filing);
+        } else {
+            print_human(&tick.verdict, &cfg, filing);
+        }
+        return Ok(tick.verdict.status.exit_code());
+    }
     super::critic_run::mark_flapping(&mut tick.verdict, &ledger, &cfg);
     let rec = ledger.append(tick.verdict.entry(&cfg.run.name, &tick.obs), clock.now())?;
+    let filed = crate::critic::summary::ledger_identity(ledger.path()).map(|identity| {
+        crate::critic::summary::Filed {
+            seq: rec.seq,
+            ts: rec.ts,
+            verdict: tick.verdict.clone(),
+            ledger: identity,
+        }
+    });
     let (tail, history) = runner.state();
-    if let Err(e) = summary.save(&cfg, &log, tail, history) {
+    if let Err(e) = summary.save(&cfg, &log, tail, history, filed) {
         eprintln!(
             "roger: warning: summary cache not kept (the next check reads the log afresh): {e}"
         );
     }
     if args.json {
-        print_json(&tick.verdict, Some(rec.seq));
+        print_json(&tick.verdict, Filing::New(rec.seq));
     } else {
-        print_human(&tick.verdict, &cfg, rec.seq);
+        print_human(&tick.verdict, &cfg, Filing::New(rec.seq));
     }
     Ok(tick.verdict.status.exit_code())
+}
+
+/// What became of a `--once` verdict in the ledger.
+#[derive(Clone, Copy)]
+enum Filing {
+    /// Filed as this seq.
+    New(u64),
+    /// The same as the one filed as this seq at that time, with no new samples since: not
+    /// filed again.
+    Unchanged(u64, DateTime<Utc>),
 }
 
 /// Nothing read as the declared format but some lines were not: if the log looks like another
@@ -263,11 +304,18 @@ fn status_word(s: Status) -> &'static str {
     s.as_str()
 }
 
-fn print_human(v: &Verdict, cfg: &Config, seq: u64) {
+fn print_human(v: &Verdict, cfg: &Config, filing: Filing) {
     let step = v.step.map_or("-".into(), |s| s.to_string());
     let on = crate::colour::stdout();
+    let filed = match filing {
+        Filing::New(seq) => format!("ledger seq {seq}"),
+        Filing::Unchanged(seq, ts) => format!(
+            "unchanged since ledger seq {seq} of {}, not filed again",
+            ts.format("%Y-%m-%d %H:%M:%SZ")
+        ),
+    };
     outln!(
-        "{}: {}  step {step}  phase {}  (ledger seq {seq}, config {})",
+        "{}: {}  step {step}  phase {}  ({filed}, config {})",
         cfg.run.name,
         crate::colour::status(&status_word(v.status).to_uppercase(), on),
         v.phase.as_deref().unwrap_or("-"),
@@ -314,9 +362,15 @@ fn print_summary(tick: &Tick, seq: u64) {
     );
 }
 
-fn print_json(v: &Verdict, seq: Option<u64>) {
+fn print_json(v: &Verdict, filing: Filing) {
     let mut j = serde_json::to_value(v).expect("verdict serialises");
-    j["seq"] = serde_json::json!(seq);
+    match filing {
+        Filing::New(seq) => j["seq"] = serde_json::json!(seq),
+        Filing::Unchanged(seq, _) => {
+            j["seq"] = serde_json::json!(seq);
+            j["unchanged"] = serde_json::json!(true);
+        }
+    }
     outln!("{}", j);
 }
 

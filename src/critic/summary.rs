@@ -6,6 +6,11 @@
 //! config, roger version, log, inode; a log shorter than what was read, or whose bytes
 //! already read changed) and it is ignored and the log is read afresh; a cache that cannot
 //! be written costs only speed.
+//!
+//! It also remembers the verdict this cache's command last filed and how long the ledger
+//! was right after, so a repeated check on an unchanged log and ledger can tell, without
+//! reading the ledger, that it would file the same verdict again (it then files nothing,
+//! as the daemon does).
 
 use super::History;
 use crate::config::{Config, LogFormat};
@@ -14,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Bump when anything serialised here changes shape.
-const SCHEMA: u32 = 1;
+const SCHEMA: u32 = 3;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Key {
@@ -31,6 +36,32 @@ struct Cached {
     key: Key,
     resume: Resume,
     history: History,
+    filed: Option<Filed>,
+}
+
+/// The verdict last filed by a check that kept this cache, and the ledger as it left it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Filed {
+    pub seq: u64,
+    pub ts: chrono::DateTime<chrono::Utc>,
+    pub verdict: crate::critic::Verdict,
+    /// (length, inode) of the ledger right after that record: while both are unchanged,
+    /// nothing was appended since, so this is still the run's newest record.
+    pub ledger: (u64, u64),
+}
+
+impl Filed {
+    /// Still the newest record of `ledger` (nothing appended, not replaced)?
+    pub fn still_last(&self, ledger: &Path) -> bool {
+        ledger_identity(ledger) == Some(self.ledger)
+    }
+}
+
+/// (length, inode) of a ledger file; `None` when it cannot be read.
+pub fn ledger_identity(ledger: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(ledger).ok()?;
+    Some((m.len(), m.ino()))
 }
 
 pub struct Summary {
@@ -64,7 +95,7 @@ impl Summary {
 
     /// A tail resumed where the cached read stood and the history it had built; `Err` says
     /// why the cache is not used (absent, another config, the log changed under it).
-    pub fn load(&self, cfg: &Config, log: &Path) -> Result<(Tail, History), String> {
+    pub fn load(&self, cfg: &Config, log: &Path) -> Result<(Tail, History, Option<Filed>), String> {
         let bytes = match std::fs::read(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("none yet".into()),
@@ -84,7 +115,7 @@ impl Summary {
             return Err(format!("written for another log ({})", k.log.display()));
         }
         let tail = Tail::resume(log, cfg.run.format, &cfg.metrics, &cached.resume)?;
-        Ok((tail, cached.history))
+        Ok((tail, cached.history, cached.filed))
     }
 
     /// Keep what this read knew. Written to a temporary file and renamed over the old one,
@@ -96,6 +127,7 @@ impl Summary {
         log: &Path,
         tail: &Tail,
         history: &History,
+        filed: Option<Filed>,
     ) -> Result<bool, String> {
         let Some(resume) = tail.resume_state() else {
             let _ = std::fs::remove_file(&self.path); // nothing to resume from: no stale cache
@@ -105,6 +137,7 @@ impl Summary {
             key: key(cfg, log),
             resume,
             history: history.clone(),
+            filed,
         };
         let mut bytes = Vec::new();
         ciborium::into_writer(&cached, &mut bytes).map_err(|e| e.to_string())?;
@@ -165,8 +198,9 @@ mod tests {
             history.push(r);
         }
         let summary = Summary::beside(&d.path().join("roger-ledger.jsonl"));
-        assert!(summary.save(&cfg, &log, &tail, &history).unwrap());
-        let (mut back_tail, back) = summary.load(&cfg, &log).unwrap();
+        assert!(summary.save(&cfg, &log, &tail, &history, None).unwrap());
+        let (mut back_tail, back, filed) = summary.load(&cfg, &log).unwrap();
+        assert!(filed.is_none());
         assert_eq!(back.state_bytes(), history.state_bytes());
         assert_eq!(back.samples_total, history.samples_total);
         let obs = |h: &History| crate::critic::observe(h, &cfg, 200.0, None);

@@ -28,8 +28,12 @@ pub struct Resume {
     /// Lines before this byte were never counted (a read that began near the end):
     /// `line_no` counts from there until a garbage line needs the real number.
     pub lines_from: Option<u64>,
+    /// As byte strings: a sequence of numbers made every cached check decode thousands
+    /// of integers one by one.
+    #[serde(with = "serde_bytes")]
     pub head: Vec<u8>,
     /// The bytes just before `offset`.
+    #[serde(with = "serde_bytes")]
     pub before: Vec<u8>,
     /// Leading bytes fed to a fresh parser to settle it (a CSV header).
     pub prime: u64,
