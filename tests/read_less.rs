@@ -223,34 +223,164 @@ fn the_cache_never_serves_a_stale_verdict() {
     }
 }
 
-/// Event files are read whole each time (no cache): the same verdict as `--full-read`.
-#[test]
-fn event_files_judge_the_same_either_way() {
-    for name in ["simple", "tensor_half", "restart"] {
-        let env = Env::new();
-        env.write(
-            "roger.toml",
-            "[run]\nname = \"tb\"\nlog = \"runs\"\nformat = \"tensorboard\"\n\
-             [metrics]\nloss = \"train/loss\"\n[[phase]]\nname = \"a\"\nfrom = 0\nwindow = 10\n\
-             loss = [0.5, 6.0]\nstale = \"1h\"\n",
-        );
-        let dir = repo_root().join("tests/fixtures/tensorboard").join(name);
-        for e in std::fs::read_dir(dir).unwrap().flatten() {
-            let to = format!("runs/{}", e.file_name().to_string_lossy());
-            env.write(&to, std::fs::read(e.path()).unwrap());
-        }
-        judge(&env, &[]);
-        compare_without_cache(&env, name);
+/// TensorBoard config for the committed event files.
+const TB_TOML: &str = "[run]\nname = \"tb\"\nlog = \"runs\"\nformat = \"tensorboard\"\n\
+     [metrics]\nloss = \"train/loss\"\n[[phase]]\nname = \"a\"\nfrom = 0\nwindow = 10\n\
+     loss = [0.5, 6.0]\nstale = \"1h\"\n";
+
+/// The end offsets of the TFRecord records of `bytes` (u64 length, u32 CRC, data, u32 CRC).
+fn record_ends(bytes: &[u8]) -> Vec<usize> {
+    let (mut at, mut ends) = (0, Vec::new());
+    while at + 12 <= bytes.len() {
+        let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+        at += 12 + len + 4;
+        ends.push(at);
     }
+    ends
 }
 
-fn compare_without_cache(env: &Env, what: &str) {
-    let ledger = env.read("roger-ledger.jsonl");
-    let fast = judge(env, &[]);
+/// Event files and MLflow runs go on from the summary cache too: a check, then the rest of
+/// the log appended, then a check that resumes (the cache is used) and judges as a full
+/// read does; and the first check (whole file) judges as a full read.
+#[test]
+fn event_files_and_mlflow_runs_go_on_from_the_cache_and_judge_the_same() {
+    for name in ["simple", "tensor_half", "restart"] {
+        let dir = repo_root().join("tests/fixtures/tensorboard").join(name);
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        // The run as it stood at a third, two thirds and the end of its records: the files
+        // before the one being written whole, that one cut, the later ones not started yet.
+        let records: Vec<(usize, usize)> = files
+            .iter()
+            .enumerate()
+            .flat_map(|(i, f)| {
+                let ends = record_ends(&std::fs::read(f).unwrap());
+                ends.into_iter().map(move |e| (i, e))
+            })
+            .collect();
+        for cut in [1, 2, 3] {
+            let env = Env::new();
+            env.write("roger.toml", TB_TOML);
+            let (at_file, at) = records[records.len() * cut / 3 - 1];
+            let mut rest = Vec::new();
+            for (i, f) in files.iter().enumerate() {
+                let bytes = std::fs::read(f).unwrap();
+                let to = format!("runs/{}", f.file_name().unwrap().to_string_lossy());
+                match i.cmp(&at_file) {
+                    std::cmp::Ordering::Less => drop(env.write(&to, &bytes)),
+                    std::cmp::Ordering::Equal => {
+                        env.write(&to, &bytes[..at]);
+                        rest.push((to, bytes[at..].to_vec(), true));
+                    }
+                    std::cmp::Ordering::Greater => rest.push((to, bytes, false)),
+                }
+            }
+            let what = format!("{name} cut {cut}/3");
+            compare_with_cache(&env, &what);
+            for (to, more, append) in &rest {
+                if *append {
+                    let mut f = std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(env.path(to))
+                        .unwrap();
+                    std::io::Write::write_all(&mut f, more).unwrap();
+                } else {
+                    env.write(to, more);
+                }
+            }
+            compare_with_cache(&env, &format!("{what}, then the rest"));
+        }
+    }
+    // An event file truncated, or rewritten in place: the cache is not used.
+    let simple = repo_root().join("tests/fixtures/tensorboard/simple");
+    let file = std::fs::read_dir(&simple)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap();
+    let bytes = std::fs::read(file.path()).unwrap();
+    let to = format!("runs/{}", file.file_name().to_string_lossy());
+    for (change, why) in [
+        ("truncated", "was truncated"),
+        ("rewritten", "was rewritten"),
+    ] {
+        let env = Env::new();
+        env.write("roger.toml", TB_TOML);
+        env.write(&to, &bytes);
+        judge(&env, &[]);
+        let path = env.path(&to);
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        if change == "truncated" {
+            f.set_len(bytes.len() as u64 / 2).unwrap();
+        } else {
+            std::os::unix::fs::FileExt::write_all_at(&f, b"\x01", 20).unwrap();
+        }
+        let (_, _, stderr) = judge_err(&env, &[]);
+        assert!(stderr.contains(why), "{change}: {stderr}");
+    }
+    let run = repo_root().join("tests/fixtures/mlflow/run");
+    let env = Env::new();
+    env.write(
+        "roger.toml",
+        "[run]\nname = \"ml\"\nlog = \"run\"\nformat = \"mlflow\"\n\
+         [metrics]\nloss = \"train/loss\"\n[[phase]]\nname = \"a\"\nfrom = 0\nwindow = 10\n\
+         loss = [0.5, 6.0]\nstale = \"1h\"\n",
+    );
+    let mut rest = Vec::new();
+    for key in ["lr", "train/loss"] {
+        let text = std::fs::read_to_string(run.join("metrics").join(key)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let (head, tail) = lines.split_at(lines.len() / 2);
+        let to = format!("run/metrics/{key}");
+        env.write(
+            &to,
+            head.iter().map(|l| format!("{l}\n")).collect::<String>(),
+        );
+        rest.push((
+            env.path(&to),
+            tail.iter().map(|l| format!("{l}\n")).collect::<String>(),
+        ));
+    }
+    compare_with_cache(&env, "mlflow half");
+    for (path, more) in &rest {
+        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        std::io::Write::write_all(&mut f, more.as_bytes()).unwrap();
+    }
+    compare_with_cache(&env, "mlflow, then the rest");
+    // A metric file rewritten in place (same length, another first value): not used.
+    let loss = env.path("run/metrics/train/loss");
+    let text = std::fs::read_to_string(&loss).unwrap();
+    std::fs::write(&loss, text.replacen(" 4.5 0", " 9.5 0", 1)).unwrap();
+    let (_, _, stderr) = judge_err(&env, &[]);
+    assert!(stderr.contains("was rewritten"), "{stderr}");
+}
+
+/// A check that goes on from the cache (when there is one) judges as a full read does.
+fn compare_with_cache(env: &Env, what: &str) {
+    let had_cache = env.path("roger-ledger.jsonl.critic-cache").exists();
+    let ledger = std::fs::read(env.path("roger-ledger.jsonl")).unwrap_or_default();
+    let (fast, fast_obs, stderr) = judge_err(env, &[]);
+    assert!(!stderr.contains("not used"), "{what}: {stderr}");
+    assert!(
+        env.path("roger-ledger.jsonl.critic-cache").exists(),
+        "{what}: no cache kept"
+    );
+    let cache = std::fs::read(env.path("roger-ledger.jsonl.critic-cache")).unwrap();
     std::fs::write(env.path("roger-ledger.jsonl"), &ledger).unwrap();
-    let full = judge(env, &["--full-read"]);
-    assert_eq!(fast, full, "{what}");
-    assert!(!env.path("roger-ledger.jsonl.critic-cache").exists());
+    let (full, full_obs) = judge(env, &["--full-read"]);
+    assert_eq!(fast, full, "{what} (cache used: {had_cache})");
+    assert_eq!(
+        fast_obs,
+        full_obs,
+        "{what}: {:?}",
+        differing(&fast_obs, &full_obs)
+    );
+    // Go on from the fast read's cache next time, as a monitor calling again would.
+    std::fs::write(env.path("roger-ledger.jsonl.critic-cache"), cache).unwrap();
 }
 
 /// A repeated check files only what is new, as the daemon does: no new samples and the same

@@ -14,12 +14,12 @@
 
 use super::History;
 use crate::config::{Config, LogFormat};
-use crate::metrics::tail::{Resume, Tail};
+use crate::metrics::tail::{Place, Tail};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Bump when anything serialised here changes shape.
-const SCHEMA: u32 = 3;
+const SCHEMA: u32 = 4;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Key {
@@ -34,7 +34,7 @@ struct Key {
 #[derive(Debug, Serialize, Deserialize)]
 struct Cached {
     key: Key,
-    resume: Resume,
+    place: Place,
     history: History,
     filed: Option<Filed>,
 }
@@ -114,7 +114,7 @@ impl Summary {
         if k.log != want.log {
             return Err(format!("written for another log ({})", k.log.display()));
         }
-        let tail = Tail::resume(log, cfg.run.format, &cfg.metrics, &cached.resume)?;
+        let tail = Tail::from_place(log, cfg.run.format, &cfg.metrics, &cached.place)?;
         Ok((tail, cached.history, cached.filed))
     }
 
@@ -129,13 +129,13 @@ impl Summary {
         history: &History,
         filed: Option<Filed>,
     ) -> Result<bool, String> {
-        let Some(resume) = tail.resume_state() else {
+        let Some(place) = tail.place() else {
             let _ = std::fs::remove_file(&self.path); // nothing to resume from: no stale cache
             return Ok(false);
         };
         let cached = Cached {
             key: key(cfg, log),
-            resume,
+            place,
             history: history.clone(),
             filed,
         };

@@ -21,6 +21,31 @@ struct MetricFile {
     line_no: u64,
 }
 
+/// Bytes at the start of a metric file and before its offset remembered to notice it
+/// rewritten in place.
+const BEFORE: u64 = 64;
+
+/// Where an [`MlflowRun`] stands between reads, for a later process (the critic's summary
+/// cache) to go on from: per metric file read so far, how far, and bytes to check.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MlflowPlace {
+    files: Vec<FilePlace>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct FilePlace {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    offset: u64,
+    line_no: u64,
+    /// The file's first bytes and those just before `offset`.
+    #[serde(with = "serde_bytes")]
+    head: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    before: Vec<u8>,
+}
+
 pub struct MlflowRun {
     run_dir: PathBuf,
     keys: Keys,
@@ -63,6 +88,72 @@ impl MlflowRun {
             keys: Keys::new(metrics),
             files: BTreeMap::new(),
         }
+    }
+
+    /// Where this run's read stands (after a [`MlflowRun::poll`]).
+    pub fn place(&self) -> Option<MlflowPlace> {
+        let mut files = Vec::new();
+        for (path, f) in &self.files {
+            let len = f.offset.min(BEFORE);
+            let (mut head, mut before) = (vec![0u8; len as usize], vec![0u8; len as usize]);
+            let file = std::fs::File::open(path).ok()?;
+            file.read_exact_at(&mut head, 0).ok()?;
+            file.read_exact_at(&mut before, f.offset - len).ok()?;
+            files.push(FilePlace {
+                path: path.clone(),
+                dev: f.id.0,
+                ino: f.id.1,
+                offset: f.offset,
+                line_no: f.line_no,
+                head,
+                before,
+            });
+        }
+        Some(MlflowPlace { files })
+    }
+
+    /// Go on where `p` stood, or say why not (a metric file replaced, shorter, rewritten).
+    pub fn resume(&mut self, p: &MlflowPlace) -> Result<(), String> {
+        let metrics_dir = self.run_dir.join("metrics");
+        for f in &p.files {
+            let key = f
+                .path
+                .strip_prefix(&metrics_dir)
+                .map_err(|_| format!("{} is not in {}", f.path.display(), metrics_dir.display()))?
+                .to_string_lossy()
+                .into_owned();
+            let target = self
+                .keys
+                .lookup(key.as_bytes())
+                .find(|t| matches!(t, Target::Metric(_) | Target::StepTime))
+                .ok_or_else(|| format!("metric {key} is no longer read"))?;
+            let file = std::fs::File::open(&f.path)
+                .map_err(|e| format!("opening {}: {e}", f.path.display()))?;
+            let meta = file.metadata().map_err(|e| format!("stat: {e}"))?;
+            if (meta.dev(), meta.ino()) != (f.dev, f.ino) || meta.len() < f.offset {
+                return Err(format!("{} was replaced or truncated", f.path.display()));
+            }
+            let same_at = |at: u64, want: &[u8]| {
+                let mut got = vec![0u8; want.len()];
+                file.read_exact_at(&mut got, at).is_ok() && got == want
+            };
+            if !same_at(0, &f.head) || !same_at(f.offset - f.before.len() as u64, &f.before) {
+                return Err(format!(
+                    "{} was rewritten (bytes already read changed)",
+                    f.path.display()
+                ));
+            }
+            self.files.insert(
+                f.path.clone(),
+                MetricFile {
+                    target,
+                    id: (f.dev, f.ino),
+                    offset: f.offset,
+                    line_no: f.line_no,
+                },
+            );
+        }
+        Ok(())
     }
 
     pub fn poll(&mut self, poll: &mut Poll) -> Result<()> {

@@ -222,7 +222,31 @@ pub enum Source {
     Mlflow(Box<mlflow::MlflowRun>),
 }
 
+/// Where a [`Source`]'s read stands, for a later process to go on from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum SourcePlace {
+    Events(tensorboard::EventsPlace),
+    Mlflow(mlflow::MlflowPlace),
+}
+
 impl Source {
+    /// Where the read stands; `None` when there is nothing to go on from.
+    pub fn place(&self) -> Option<SourcePlace> {
+        match self {
+            Source::Events(e) => e.place().map(SourcePlace::Events),
+            Source::Mlflow(m) => m.place().map(SourcePlace::Mlflow),
+        }
+    }
+
+    /// Go on where `p` stood, or say why not.
+    pub fn resume(&mut self, p: &SourcePlace) -> Result<(), String> {
+        match (self, p) {
+            (Source::Events(e), SourcePlace::Events(p)) => e.resume(p),
+            (Source::Mlflow(m), SourcePlace::Mlflow(p)) => m.resume(p),
+            _ => Err("the log's format changed".into()),
+        }
+    }
+
     /// The reader for `format` at `path` (`None` for line-based and snapshot formats).
     pub fn new(format: LogFormat, path: &Path, m: &MetricsConfig) -> Option<Source> {
         match format {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 const HEAD: usize = 64;
 
 mod resume;
-pub use resume::{line_start, Resume};
+pub use resume::{line_start, Place, Resume};
 /// What one poll found.
 #[derive(Debug, Default)]
 pub struct Poll {

@@ -46,6 +46,22 @@ pub fn event_files(dir: &Path) -> Vec<PathBuf> {
     files.into_iter().map(|(_, _, p)| p).collect()
 }
 
+/// Where an [`EventLog`] stands between reads, for a later process (the critic's summary
+/// cache) to go on from: the file it was in, how far, and bytes to notice it rewritten.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EventsPlace {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    offset: u64,
+    records: u64,
+    #[serde(with = "serde_bytes")]
+    head: Vec<u8>,
+    /// The bytes just before `offset` (a record's CRC among them).
+    #[serde(with = "serde_bytes")]
+    before: Vec<u8>,
+}
+
 struct OpenFile {
     path: PathBuf,
     file: File,
@@ -148,6 +164,56 @@ impl EventLog {
         }
         poll.missing = self.open.is_none();
         self.flush(&mut poll.batch);
+        Ok(())
+    }
+
+    /// Where this log's read stands (after a [`EventLog::poll`], which hands on every step it
+    /// read); `None` before a file was opened.
+    pub fn place(&self) -> Option<EventsPlace> {
+        let open = self.open.as_ref()?;
+        let start = open.offset.saturating_sub(HEAD as u64);
+        let mut before = vec![0u8; (open.offset - start) as usize];
+        open.file.read_exact_at(&mut before, start).ok()?;
+        Some(EventsPlace {
+            path: open.path.clone(),
+            dev: open.id.0,
+            ino: open.id.1,
+            offset: open.offset,
+            records: open.records,
+            head: open.head.clone(),
+            before,
+        })
+    }
+
+    /// Go on where `p` stood, or say why not (another file, shorter, rewritten).
+    pub fn resume(&mut self, p: &EventsPlace) -> Result<(), String> {
+        let file = File::open(&p.path).map_err(|e| format!("opening {}: {e}", p.path.display()))?;
+        let meta = file.metadata().map_err(|e| format!("stat: {e}"))?;
+        if (meta.dev(), meta.ino()) != (p.dev, p.ino) {
+            return Err(format!("{} is another file now", p.path.display()));
+        }
+        if meta.len() < p.offset {
+            return Err(format!("{} was truncated", p.path.display()));
+        }
+        let same_at = |at: u64, want: &[u8]| {
+            let mut got = vec![0u8; want.len()];
+            file.read_exact_at(&mut got, at).is_ok() && got == want
+        };
+        if !same_at(0, &p.head) || !same_at(p.offset - p.before.len() as u64, &p.before) {
+            return Err(format!(
+                "{} was rewritten (bytes already read changed)",
+                p.path.display()
+            ));
+        }
+        self.open = Some(OpenFile {
+            path: p.path.clone(),
+            file,
+            id: (p.dev, p.ino),
+            offset: p.offset,
+            records: p.records,
+            head: p.head.clone(),
+        });
+        self.group = Group::default();
         Ok(())
     }
 

@@ -43,7 +43,63 @@ pub struct Resume {
     pub derive: crate::metrics::derive::Derive,
 }
 
+/// Where any resumable read stands: a line-based log's, or a TensorBoard/MLflow reader's.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Place {
+    Lines(Resume),
+    Source {
+        path: PathBuf,
+        derive: crate::metrics::derive::Derive,
+        state: crate::metrics::SourcePlace,
+    },
+}
+
 impl Tail {
+    /// Where this read stands, whatever the format reads like; `None` when it cannot be
+    /// carried over (a snapshot format, a pattern, samples timed by the file's mtime).
+    pub fn place(&self) -> Option<Place> {
+        match &self.source {
+            None => self.resume_state().map(Place::Lines),
+            Some(_) if self.pattern.is_some() || self.derive.used_mtime => None,
+            Some(src) => Some(Place::Source {
+                path: self.path.clone(),
+                derive: self.derive.clone(),
+                state: src.place()?,
+            }),
+        }
+    }
+
+    /// A tail that goes on where `p` stood, or why not (the caller reads the log afresh).
+    pub fn from_place(
+        path: &Path,
+        format: LogFormat,
+        m: &MetricsConfig,
+        p: &Place,
+    ) -> Result<Tail, String> {
+        match p {
+            Place::Lines(r) => Tail::resume(path, format, m, r),
+            Place::Source {
+                path: was,
+                derive,
+                state,
+            } => {
+                let mut tail = Tail::new(path, format, m).map_err(|e| format!("{e:#}"))?;
+                if tail.pattern.is_some() {
+                    return Err("a pattern".into());
+                }
+                if &tail.path != was {
+                    return Err(format!("the log is now {}", tail.path.display()));
+                }
+                tail.source
+                    .as_mut()
+                    .ok_or("not read by its own reader now")?
+                    .resume(state)?;
+                tail.derive = derive.clone();
+                Ok(tail)
+            }
+        }
+    }
+
     /// Where this read stands, for [`Tail::resume`]; `None` for formats that are not
     /// line-based, a file not open, or a parser not settled within its first lines.
     pub fn resume_state(&self) -> Option<Resume> {
