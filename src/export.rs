@@ -4,7 +4,6 @@
 //! pure, the file is replaced by a rename in its own directory. No sample timestamps (the
 //! collector rejects them) and nothing about the host: run name, check names, paths, numbers.
 
-use crate::ledger::follow::Follower;
 use crate::ledger::{Kind, Record};
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -325,7 +324,6 @@ pub struct Exporter {
     path: PathBuf,
     run: String,
     source: &'static str,
-    follower: Follower,
     facts: Facts,
     /// Working seconds and watched seconds, and the previous tick's (time, working).
     worked: f64,
@@ -346,7 +344,6 @@ impl Exporter {
             path,
             run: cfg.run.name.clone(),
             source,
-            follower: Follower::new(cfg.ledger_path(), 0),
             facts: Facts::default(),
             worked: 0.0,
             watched: 0.0,
@@ -385,9 +382,10 @@ impl Exporter {
         }
     }
 
-    /// Read what the ledger gained, then rewrite the file. A failure is logged (once until it
-    /// works again), never fatal: the export must not stop the watch.
-    pub fn tick(&mut self, live: &Live) {
+    /// Fold in what the ledger gained (`new`, from the daemon's follower), then rewrite the
+    /// file. A failure is logged (once until it works again), never fatal: the export must
+    /// not stop the watch.
+    pub fn tick(&mut self, live: &Live, new: &[Record]) {
         self.ticks += 1;
         self.step = live.step.or(self.step);
         let live = Live {
@@ -395,14 +393,9 @@ impl Exporter {
             step: self.step,
             ..live.clone()
         };
-        let result = self
-            .follower
-            .new_records()
-            .map(|recs| self.facts.fold(&recs, &self.run))
-            .and_then(|()| {
-                let text = format(&self.run, self.source, &self.facts, &live);
-                write_textfile(&self.path, &text)
-            });
+        self.facts.fold(new, &self.run);
+        let text = format(&self.run, self.source, &self.facts, &live);
+        let result = write_textfile(&self.path, &text);
         match result {
             Err(e) if !self.failing => {
                 self.failing = true;

@@ -218,6 +218,10 @@ pub fn daemon(
     let mut export = crate::export::Exporter::from_config(runner.cfg, "critic");
     let mut notify =
         crate::notify::daemon::Notifier::from_config(runner.cfg, "critic", clock.now());
+    let mut feed = crate::ledger::follow::for_readers(
+        ledger.path().to_path_buf(),
+        export.is_some() || notify.is_some(),
+    );
     while !STOP.load(Ordering::SeqCst) {
         let now = clock.now();
         if runner.cfg.critic.disk_check {
@@ -253,15 +257,17 @@ pub fn daemon(
             // retried; the daemon itself stays up.
             Err(e) => eprintln!("roger: error: {e:#}"),
         }
+        // The verdict just filed is in the ledger, so the readers have it.
+        let new = crate::ledger::follow::this_tick(&mut feed);
         if let Some(e) = export.as_mut() {
-            // The verdict just filed is in the ledger, so the file has it.
-            e.tick(&crate::export::Live {
+            let live = crate::export::Live {
                 now: now.timestamp_millis() as f64 / 1000.0,
                 ..Default::default()
-            });
+            };
+            e.tick(&live, &new);
         }
         if let Some(n) = notify.as_mut() {
-            n.tick(now, observed);
+            n.tick(now, observed, &new);
         }
         sleep_unless_stopped(opts.interval);
     }

@@ -1,6 +1,7 @@
 //! Following the ledger: the records appended since the last look, for the readers that run
-//! beside the daemons (export, notify). Only whole lines are taken; a line still being written
-//! is picked up on the next call.
+//! beside the daemons (export, notify: one follower per daemon feeds both, so the ledger is
+//! read once). Only whole lines are taken; a line still being written is picked up on the
+//! next call.
 
 use super::{scan_bytes, Record};
 use anyhow::{Context, Result};
@@ -11,6 +12,24 @@ use std::path::PathBuf;
 pub struct Follower {
     path: PathBuf,
     offset: u64,
+}
+
+/// A daemon's follower when any reader needs one (`want`), from the first record.
+pub fn for_readers(path: PathBuf, want: bool) -> Option<Follower> {
+    want.then(|| Follower::new(path, 0))
+}
+
+/// This tick's new records for the daemon's readers; an unreadable ledger is warned about
+/// and gives none this tick (the next one reads from the same offset).
+pub fn this_tick(follower: &mut Option<Follower>) -> Vec<Record> {
+    match follower.as_mut().map(Follower::new_records) {
+        Some(Ok(records)) => records,
+        Some(Err(e)) => {
+            tracing::warn!("reading the ledger's new records: {e:#}");
+            Vec::new()
+        }
+        None => Vec::new(),
+    }
 }
 
 impl Follower {

@@ -8,7 +8,6 @@ use super::route::{Decision, Event, Level, Policy, Quiet, Router};
 use super::send::{self, Channel};
 use crate::config::notify::parse_hhmm;
 use crate::config::Config;
-use crate::ledger::follow::Follower;
 use crate::ledger::{Entry, Kind, Ledger, Record};
 use anyhow::Result;
 use chrono::{DateTime, Local, NaiveDateTime, NaiveTime, Utc};
@@ -69,7 +68,6 @@ pub struct Notifier {
     cfg: Config,
     source: &'static str,
     ledger: Ledger,
-    follower: Follower,
     router: Router,
     file: OutboxFile,
     outbox: Outbox,
@@ -101,7 +99,6 @@ impl Notifier {
         Some(Notifier {
             source,
             ledger: Ledger::new(cfg.ledger_path()),
-            follower: Follower::new(cfg.ledger_path(), 0),
             router: Router::new(policy(n)),
             file,
             outbox,
@@ -118,9 +115,10 @@ impl Notifier {
         })
     }
 
-    /// One tick: `observed` says roger could see the run (the dead-man ping needs it).
-    pub fn tick(&mut self, now: DateTime<Utc>, observed: bool) {
-        if let Err(e) = self.route_new(now) {
+    /// One tick over the ledger's `new` records (from the daemon's follower): `observed`
+    /// says roger could see the run (the dead-man ping needs it).
+    pub fn tick(&mut self, now: DateTime<Utc>, observed: bool, new: &[Record]) {
+        if let Err(e) = self.route_new(new) {
             tracing::warn!("notify: {e:#}");
         }
         if let Err(e) = self.digest_if_due(now) {
@@ -132,14 +130,14 @@ impl Notifier {
         }
     }
 
-    fn route_new(&mut self, _now: DateTime<Utc>) -> Result<()> {
+    fn route_new(&mut self, new: &[Record]) -> Result<()> {
         let run = self.cfg.run.name.clone();
-        for r in self.follower.new_records()? {
-            if !in_scope(&r, &run, self.source) {
+        for r in new {
+            if !in_scope(r, &run, self.source) {
                 continue;
             }
             let local = r.ts.with_timezone(&Local).time();
-            let Some(d) = self.router.decide(&r, r.ts, local) else {
+            let Some(d) = self.router.decide(r, r.ts, local) else {
                 continue;
             };
             if r.ts < self.catch_up_from {
@@ -383,15 +381,15 @@ mod tests {
                 .count()
         };
         let mut n = Notifier::from_config(&cfg, "watch", local(5, 7, 0)).unwrap();
-        n.tick(local(5, 7, 59), false);
+        n.tick(local(5, 7, 59), false, &[]);
         assert_eq!(sent(), 0, "not before 08:00");
-        n.tick(local(5, 8, 1), false);
-        n.tick(local(5, 9, 0), false);
+        n.tick(local(5, 8, 1), false, &[]);
+        n.tick(local(5, 9, 0), false, &[]);
         assert_eq!(sent(), 1);
         let mut again = Notifier::from_config(&cfg, "watch", local(5, 10, 0)).unwrap();
-        again.tick(local(5, 10, 0), false);
+        again.tick(local(5, 10, 0), false, &[]);
         assert_eq!(sent(), 1, "a restart the same day sends no second digest");
-        again.tick(local(6, 8, 0), false);
+        again.tick(local(6, 8, 0), false, &[]);
         assert_eq!(sent(), 2, "the next day's");
     }
 }

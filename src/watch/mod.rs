@@ -103,6 +103,8 @@ pub(crate) struct Watcher<'a> {
     pub export: Option<crate::export::Exporter>,
     /// `[notify]`: pages, digest and dead-man ping after each tick.
     pub notify: Option<crate::notify::daemon::Notifier>,
+    /// The ledger's new records after each tick, read once for export and notify.
+    pub feed: Option<crate::ledger::follow::Follower>,
 }
 
 /// Run the watch until the run is done, a breaker opens, or roger is told to stop.
@@ -188,6 +190,8 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         }
     };
     let ledger_offset = std::fs::metadata(ledger.path()).map_or(0, |m| m.len());
+    let export = crate::export::Exporter::from_config(cfg, SOURCE);
+    let notify = crate::notify::daemon::Notifier::from_config(cfg, SOURCE, chrono::Utc::now());
     let mut me = Watcher {
         cfg,
         opts,
@@ -221,8 +225,12 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         run_gpus: Vec::new(),
         disk: Default::default(),
         xids: xids::XidFeed::start(&cfg.gpu.source),
-        export: crate::export::Exporter::from_config(cfg, SOURCE),
-        notify: crate::notify::daemon::Notifier::from_config(cfg, SOURCE, chrono::Utc::now()),
+        feed: crate::ledger::follow::for_readers(
+            ledger.path().to_path_buf(),
+            export.is_some() || notify.is_some(),
+        ),
+        export,
+        notify,
         ledger,
     };
     me.start()
@@ -386,11 +394,12 @@ impl Watcher<'_> {
                 },
             };
             // After the tick's records, so the file shows what it decided (a breaker, too).
-            self.export(&a);
+            let new = crate::ledger::follow::this_tick(&mut self.feed);
+            self.export(&a, &new);
             if let Some(n) = self.notify.as_mut() {
                 // Blind (unknown) is exactly when the dead-man ping must stop.
                 let observed = !matches!(a.state, State::Unknown { .. });
-                n.tick(chrono::Utc::now(), observed);
+                n.tick(chrono::Utc::now(), observed, &new);
             }
             if let Flow::Exit(code) = flow {
                 return Ok(code);

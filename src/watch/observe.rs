@@ -61,14 +61,14 @@ impl Watcher<'_> {
         }
     }
 
-    /// `[export] textfile`: what this tick saw, plus what the ledger gained.
-    pub(super) fn export(&mut self, a: &Assessment) {
+    /// `[export] textfile`: what this tick saw, plus what the ledger gained (`new`).
+    pub(super) fn export(&mut self, a: &Assessment, new: &[crate::ledger::Record]) {
         let Some(e) = self.export.as_mut() else {
             return;
         };
         let now = super::unix_now();
         let goodput = e.observe_state(now, a.state == State::Working);
-        e.tick(&crate::export::Live {
+        let live = crate::export::Live {
             now,
             state: Some(a.state.name()),
             step: a.last_step,
@@ -76,7 +76,8 @@ impl Watcher<'_> {
             stale_limit_s: Some(super::ms(a.limit.seconds)),
             goodput: Some(goodput),
             ticks: 0,
-        });
+        };
+        e.tick(&live, new);
     }
 
     /// `[watch] disk_check`: the same disk check as `roger hygiene disk` (free space and the
