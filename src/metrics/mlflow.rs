@@ -133,11 +133,7 @@ impl MlflowRun {
             if (meta.dev(), meta.ino()) != (f.dev, f.ino) || meta.len() < f.offset {
                 return Err(format!("{} was replaced or truncated", f.path.display()));
             }
-            let same_at = |at: u64, want: &[u8]| {
-                let mut got = vec![0u8; want.len()];
-                file.read_exact_at(&mut got, at).is_ok() && got == want
-            };
-            if !same_at(0, &f.head) || !same_at(f.offset - f.before.len() as u64, &f.before) {
+            if !crate::metrics::still_holds(&file, &f.head, &f.before, f.offset) {
                 return Err(format!(
                     "{} was rewritten (bytes already read changed)",
                     f.path.display()

@@ -216,6 +216,19 @@ pub fn line_parser(format: LogFormat, m: &MetricsConfig) -> Result<Option<Box<dy
     })
 }
 
+/// Whether `file` still holds `head` at its start and `before` just before `offset`: the
+/// bytes a carried-over read remembers to notice a file rewritten in place.
+pub fn still_holds(file: &std::fs::File, head: &[u8], before: &[u8], offset: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    let same_at = |at: u64, want: &[u8]| {
+        let mut got = vec![0u8; want.len()];
+        file.read_exact_at(&mut got, at).is_ok() && got == want
+    };
+    offset >= before.len() as u64
+        && same_at(0, head)
+        && same_at(offset - before.len() as u64, before)
+}
+
 /// A log of several files or binary records, read incrementally by its own reader.
 pub enum Source {
     Events(Box<tensorboard::EventLog>),

@@ -195,11 +195,7 @@ impl EventLog {
         if meta.len() < p.offset {
             return Err(format!("{} was truncated", p.path.display()));
         }
-        let same_at = |at: u64, want: &[u8]| {
-            let mut got = vec![0u8; want.len()];
-            file.read_exact_at(&mut got, at).is_ok() && got == want
-        };
-        if !same_at(0, &p.head) || !same_at(p.offset - p.before.len() as u64, &p.before) {
+        if !crate::metrics::still_holds(&file, &p.head, &p.before, p.offset) {
             return Err(format!(
                 "{} was rewritten (bytes already read changed)",
                 p.path.display()

@@ -162,11 +162,7 @@ impl Tail {
             // Its samples are timed by the mtime, which a read now would give them all.
             return Err("changed, and its samples are timed by its mtime".into());
         }
-        let same_at = |at: u64, want: &[u8]| {
-            let mut got = vec![0u8; want.len()];
-            file.read_exact_at(&mut got, at).is_ok() && got == want
-        };
-        if !same_at(0, &r.head) || !same_at(r.offset - r.before.len() as u64, &r.before) {
+        if !crate::metrics::still_holds(&file, &r.head, &r.before, r.offset) {
             return Err("rewritten (bytes already read changed)".into());
         }
         if prime_len(m, format, &file) != Some(r.prime) {
