@@ -204,8 +204,11 @@ pub fn reread_from_disk(path: &Path) -> Result<Reread> {
     );
     let resident = resident_pages(&f, len);
     let mut reader = direct::DirectReader::open(path, len)?;
-    let marks =
-        pump(&mut reader, |_| Ok(())).with_context(|| format!("re-reading {}", path.display()))?;
+    let marks = pump(&mut reader, |chunk| {
+        super::progress::add(chunk.len() as u64);
+        Ok(())
+    })
+    .with_context(|| format!("re-reading {}", path.display()))?;
     Ok(Reread {
         sha256: marks.sha256,
         size: len,
