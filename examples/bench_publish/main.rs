@@ -12,10 +12,13 @@
 //! bench_publish`):
 //! - `bench_publish detach SIZE_MIB REPS [DIR]`: how long the caller of `roger publish
 //!   --detach` (the real binary) is blocked, and when the queue has drained, against a
-//!   blocking `roger publish` of the same file; medians.
+//!   blocking `roger publish` of the same file (alternating which goes first), the detached
+//!   time taken apart (publisher start, publish, queue tail) from its ledger record; medians.
 //! - `bench_publish sharded SIZE_MIB REPS [DIR]`: an 8-shard directory of SIZE in total,
-//!   published by roger (several shards in flight), against a parallel `cp -r && sync` (one
-//!   `cp` per shard at once) and against roger publishing one file of the same size.
+//!   published by roger (several shards in flight, each verified while the next copy),
+//!   against a parallel `cp -r && sync` (one `cp` per shard at once), the same followed by an
+//!   O_DIRECT read-back of the copy, and roger publishing one file of the same size (order
+//!   rotating per repetition); medians, CPU seconds.
 
 mod modes;
 
@@ -43,7 +46,7 @@ pub fn sh(script: &str) {
 }
 
 /// CPU seconds (user + system) used so far by this process or by its waited-for children.
-fn cpu(who: i32) -> f64 {
+pub fn cpu(who: i32) -> f64 {
     // SAFETY: getrusage fills the struct we pass.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(who, &mut u) };

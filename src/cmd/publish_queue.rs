@@ -11,14 +11,14 @@ use std::path::Path;
 
 /// `--detach`: queue, start the publisher, return.
 pub(super) fn queue_it(req: &Request, json: bool) -> Result<u8> {
-    let q = publish::queue::enqueue(req, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
-    let dest = q.request.dest.clone();
-    let started = match publish::publisher::roger_exe()
+    let start = |dest: &Path| match publish::publisher::roger_exe()
         .filter(|_| std::env::var_os("ROGER_DETACH_NO_PUBLISHER").is_none())
     {
-        Some(exe) => publish::publisher::spawn(&dest, &exe).map(Some),
+        Some(exe) => publish::publisher::spawn(dest, &exe).map(Some),
         None => Ok(None),
     };
+    let (q, started) =
+        publish::queue::enqueue(req, disk_probe()?.as_ref(), &crate::sys::SystemClock, start)?;
     let how = match (&q.snapshot, &q.no_snapshot) {
         (Some(_), _) => "reflink snapshot taken: the source may be reused now".to_string(),
         _ if q.in_place => "in place".to_string(),

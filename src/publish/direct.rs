@@ -1,7 +1,8 @@
-//! O_DIRECT for the staging copy's writes and the verify re-read: the bytes move between the
-//! device and roger's buffers without a page-cache copy (one memcpy less each way, and a
-//! multi-GB checkpoint does not evict the training's cached data). Where a filesystem refuses
-//! O_DIRECT (EINVAL: some 9p/drvfs/FUSE mounts), both fall back to buffered I/O.
+//! O_DIRECT for the source reads, the staging copy's writes and the verify re-read: the bytes
+//! move between the device and roger's buffers without a page-cache copy (one memcpy less
+//! each way, and a multi-GB checkpoint does not evict the training's cached data). Where a
+//! filesystem refuses O_DIRECT (EINVAL: some 9p/drvfs/FUSE mounts), each falls back to
+//! buffered I/O.
 
 use super::copy::ALIGN;
 use anyhow::{Context, Result};

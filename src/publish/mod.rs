@@ -2,7 +2,8 @@
 //! that a crash or power cut at any moment leaves the old state or the new one, never a torn
 //! file under a real name, and record it. Order: source checks → free space → lock → recover
 //! what an interrupted publish left (`recover`) + clean leftovers → copy into a dot-staging
-//! name while hashing → fsync → drop cache and re-read to verify → intent (durable) → rename
+//! name while hashing → fsync → drop cache and re-read to verify (each file of a directory
+//! as soon as its own fsync returned, while the next ones copy) → intent (durable) → rename
 //! into place → directory fsync → ledger → latest.json → clear the intent → retention (prune
 //! record, then removal). The ledger comes before latest.json so that whatever latest.json
 //! names has its record; a crash between any two steps is finished or undone by `recover`.
@@ -131,9 +132,11 @@ pub struct Outcome {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Timings {
-    /// Copy while hashing, fsync and close (in place: fsync only).
+    /// Copy while hashing, fsync and close, until the last file and directory was fsynced
+    /// (in place: not used).
     pub copy: u64,
-    /// Drop the cache, re-read and hash from disk.
+    /// Drop the cache, re-read and hash from disk: in place the whole verify; for a copy
+    /// what it took after `copy` (each file is verified while the next ones copy).
     pub verify: u64,
     /// Rename, directory fsync, latest.json, ledger record.
     pub commit: u64,
@@ -222,6 +225,7 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
 
     let t = std::time::Instant::now();
     let (digests, reread, dirsync, intent) = if in_place {
+        progress::begin(progress::Phase::Verify, size);
         let (digests, reread) = place::sync_and_reread(&before, layout)?;
         timings.verify = ms(t);
         source::unchanged(&src, layout, &before)?;
@@ -232,16 +236,20 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         (digests, reread, dirsync, intent)
     } else {
         let mut staging = place::Staging::new(dest.join(names::staging_name(&name)));
-        progress::begin(progress::Phase::Copy, size);
-        let written = place::copy_in(&before, layout, staging.path())?;
-        failpoint::hit("after_fsync");
-        timings.copy = ms(t);
+        // Each file is verified from disk while the next ones copy: one phase of twice the
+        // bytes (each byte written once and read back once).
+        progress::begin(progress::Phase::CopyAndVerify, 2 * size);
+        let place::Copied {
+            written,
+            checks,
+            reread,
+            copy,
+            total,
+        } = place::copy_and_verify(&before, layout, staging.path())?;
+        timings.copy = copy.as_millis() as u64;
+        // What the verify added after the last copy was durable.
+        timings.verify = total.saturating_sub(copy).as_millis() as u64;
         source::unchanged(&src, layout, &before)?;
-        let t = std::time::Instant::now();
-        progress::begin(progress::Phase::Verify, size);
-        let (checks, reread) = place::reread(&written, layout, staging.path())?;
-        timings.verify = ms(t);
-        let written: Vec<FileDigest> = written.into_iter().map(|(d, _)| d).collect();
         if let Some(why) = place::mismatch(&written, &checks) {
             staging.disarm();
             let set_aside = place::set_aside_bad_copy(staging.path(), &dest, &name, clock.now())?;

@@ -2,7 +2,7 @@
 //! publishes, copying into and verifying the staging copy, swapping it into place, and setting
 //! a bad copy aside as evidence.
 
-use super::chain::{self, Check, Marks};
+use super::chain::Check;
 use super::copy::{self, Reread};
 use super::names;
 use super::source::SrcFile;
@@ -172,14 +172,25 @@ pub fn fsync_dirs(root: &Path) -> Result<copy::DirSync> {
     Ok(sync)
 }
 
+/// What `copy_and_verify` wrote and read back.
+pub struct Copied {
+    /// Each file's digest, as the copy pass hashed it.
+    pub written: Vec<crate::digest::FileDigest>,
+    /// What re-reading each file from disk found.
+    pub checks: Vec<Check>,
+    /// The re-reads summed up.
+    pub reread: Reread,
+    /// Until every file and directory of the copy was fsynced.
+    pub copy: std::time::Duration,
+    /// Until the last file was verified too.
+    pub total: std::time::Duration,
+}
+
 /// Copy the source's files into `staging` (a file, or a new directory), hashing as it goes,
-/// several files at once (`parallel`); every file fsynced and closed, every directory fsynced. Returns each file's digest and
-/// chain marks.
-pub fn copy_in(
-    src: &[SrcFile],
-    layout: Layout,
-    staging: &Path,
-) -> Result<Vec<(crate::digest::FileDigest, Marks)>> {
+/// several files at once, and verify each file from disk (cache dropped, re-read, SHA-256
+/// chain checked) as soon as it is fsynced and closed, while the next ones copy
+/// (`parallel`); every directory fsynced once all files are in.
+pub fn copy_and_verify(src: &[SrcFile], layout: Layout, staging: &Path) -> Result<Copied> {
     if layout == Layout::Dir {
         std::fs::create_dir(staging)
             .with_context(|| format!("creating staging directory {}", staging.display()))?;
@@ -197,52 +208,22 @@ pub fn copy_in(
     }
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let workers = super::parallel::workers(jobs.len(), cores, super::parallel::MEMORY_BUDGET);
-    let marks = super::parallel::copy_all(&jobs, workers)?;
-    let out = src
-        .iter()
-        .zip(marks)
-        .map(|(f, marks)| {
-            let digest = crate::digest::FileDigest {
-                rel: f.rel.clone(),
-                size: marks.size,
-                sha256: marks.sha256.clone(),
-            };
-            (digest, marks)
-        })
-        .collect();
-    if layout == Layout::Dir {
-        fsync_dirs(staging)?;
-    }
-    Ok(out)
-}
-
-/// Drop the staging copy from the cache and re-read every file of it from disk, checking
-/// its SHA-256 chain segment by segment on every core (`chain`).
-pub fn reread(
-    written: &[(crate::digest::FileDigest, Marks)],
-    layout: Layout,
-    staging: &Path,
-) -> Result<(Vec<Check>, Reread)> {
-    let files: Vec<(PathBuf, &Marks)> = written
-        .iter()
-        .map(|(d, m)| {
-            let p = match layout {
-                Layout::File => staging.to_path_buf(),
-                Layout::Dir => staging.join(&d.rel),
-            };
-            (p, m)
-        })
-        .collect();
-    let checks = chain::verify(&files)?;
-    let mut total = Reread {
+    let done = super::parallel::copy_and_verify(&jobs, workers, || {
+        if layout == Layout::Dir {
+            fsync_dirs(staging)?;
+        }
+        super::failpoint::hit("after_fsync");
+        Ok(())
+    })?;
+    let mut reread = Reread {
         pages_resident: Some(0),
         pages_total: Some(0),
         direct_io: true,
         ..Reread::default()
     };
-    for c in &checks {
+    for c in &done.checks {
         add(
-            &mut total,
+            &mut reread,
             &Reread {
                 sha256: String::new(),
                 size: c.size,
@@ -253,7 +234,22 @@ pub fn reread(
             },
         );
     }
-    Ok((checks, total))
+    let written = src
+        .iter()
+        .zip(&done.marks)
+        .map(|(f, marks)| crate::digest::FileDigest {
+            rel: f.rel.clone(),
+            size: marks.size,
+            sha256: marks.sha256.clone(),
+        })
+        .collect();
+    Ok(Copied {
+        written,
+        checks: done.checks,
+        reread,
+        copy: done.copy,
+        total: done.total,
+    })
 }
 
 /// In place: the checkpoint already sits in the destination. fsync each file, then hash it

@@ -1,17 +1,18 @@
 //! Progress of a publish on a terminal, drawn by the crate's one bar (`crate::progress`):
-//! the copy, then the verify from disk, each with its bytes, rate and time left; nothing when
+//! the copy with its verify from disk (or, in place, the verify alone), with its bytes, rate and time left; nothing when
 //! stderr is not a terminal (logs and pipes stay clean). The byte path only bumps a counter.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    Copy,
+    /// Copy and, file by file as each is fsynced, verify from disk (twice the bytes).
+    CopyAndVerify,
     Verify,
 }
 
 /// A phase of `total` bytes starts.
 pub fn begin(phase: Phase, total: u64) {
     let what = match phase {
-        Phase::Copy => "publish: copy",
+        Phase::CopyAndVerify => "publish: copy + verify from disk",
         Phase::Verify => "publish: verify from disk",
     };
     crate::progress::phase(what, total);

@@ -239,6 +239,13 @@ fn process(dest: &Path, q: &Queued, disk: &dyn DiskProbe, clock: &dyn Clock) -> 
                         o.timings_ms.total,
                         o.ledger_seq
                     );
+                    // The record `publish` just wrote says this; no need to read the
+                    // ledger again.
+                    Ended::Published {
+                        path: o.path.display().to_string(),
+                        sha256: o.sha256,
+                        seq: o.ledger_seq,
+                    }
                 }
                 Err(e) => {
                     let records = ledger.records()?;
@@ -263,10 +270,11 @@ fn process(dest: &Path, q: &Queued, disk: &dyn DiskProbe, clock: &dyn Clock) -> 
                         q.source.display(),
                         q.target.display()
                     );
+                    ended(&ledger.records()?, &q.id).with_context(|| {
+                        format!("queued publish {}: no record of how it ended", q.id)
+                    })?
                 }
             }
-            ended(&ledger.records()?, &q.id)
-                .with_context(|| format!("queued publish {}: no record of how it ended", q.id))?
         }
     };
     queue::remove(dest, q)?;

@@ -205,7 +205,8 @@ pub fn count_try(dest: &Path, id: &str) -> u32 {
 }
 
 /// Remove a finished entry and its snapshot (the entry last: until it is gone, the publisher
-/// looks at it again and finds its record).
+/// looks at it again and finds its record), durably: a publish that `--wait` saw end stays
+/// out of the queue after a power cut.
 pub fn remove(dest: &Path, q: &Queued) -> Result<()> {
     place::remove_any(&snapshot_root(dest, &q.id))?;
     let _ = std::fs::remove_file(dir(dest).join(format!("{}{TRIES_EXT}", q.id)));
@@ -276,13 +277,22 @@ pub fn queued_entry(q: &Queued) -> Entry {
 }
 
 /// `publish --detach`: check the source, snapshot it where possible, queue it durably and
-/// record `publish_queued`. Starts nothing: the caller starts the publisher.
-pub fn enqueue(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result<Queued> {
+/// record `publish_queued`. `start` (the caller's: start the background publisher) runs once
+/// the queue lock is held, before the durable writes, so the publisher process starts up
+/// while they go on; it reads the queue only under the same lock, so it finds the entry and
+/// its record whole, or (when queueing fails) nothing, and leaves.
+pub fn enqueue<R>(
+    req: &Request,
+    disk: &dyn DiskProbe,
+    clock: &dyn Clock,
+    start: impl FnOnce(&Path) -> R,
+) -> Result<(Queued, R)> {
     let pre = preflight(req)?;
     copy::create_dirs_durably(&pre.dest_abs)?;
     let dest = std::fs::canonicalize(&pre.dest_abs)?;
     copy::create_dirs_durably(&dir(&dest))?;
     let _lock = lock_queue(&dest)?;
+    let started = start(&dest);
     let (queued, _) = scan(&dest)?;
     if !pre.in_place {
         let ahead = queued_bytes(&queued);
@@ -382,7 +392,7 @@ pub fn enqueue(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         let _ = remove(&dest, &q);
         return Err(e).context("recording the queued publish; nothing was queued");
     }
-    Ok(q)
+    Ok((q, started))
 }
 
 #[cfg(test)]
