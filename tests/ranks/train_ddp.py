@@ -1,0 +1,82 @@
+"""A small gloo training loop for roger's torchrun tests (tests/ranks/).
+
+Each rank does a little CPU work per step, then all_reduce()s its gradient, logs one JSONL
+line per step to logs/rank{RANK}.jsonl (step, loss, step_time = its own work before the
+collective, in seconds) and rank 0 saves a checkpoint every CKPT_EVERY steps and publishes
+it with `roger publish` (when ROGER_BIN is set). Knobs (environment):
+  HANG_RANK, HANG_AT     rank HANG_RANK sleeps forever in `slow_loader` at step HANG_AT
+  SLOW_RANK, SLOW_SHARE  rank SLOW_RANK works at SLOW_SHARE of the others' speed
+  STEPS, WORK_S          steps to run, seconds of work per step
+Resumes from ROGER_RESUME_CKPT when set (the step is in the checkpoint).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def busy(seconds):
+    """CPU work for about `seconds` (a matmul loop, as a model step would)."""
+    t0 = time.perf_counter()
+    a = torch.ones(64, 64)
+    while time.perf_counter() - t0 < seconds:
+        a = (a @ a).clamp_(max=1.0)
+    return float(a[0, 0])
+
+
+def slow_loader(step):
+    """The dataloader that never returns (the hang under test)."""
+    while True:
+        time.sleep(1.0)
+
+
+def main():
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo")
+    steps = int(os.environ.get("STEPS", "1000000"))
+    work_s = float(os.environ.get("WORK_S", "0.05"))
+    hang_rank = int(os.environ.get("HANG_RANK", "-1"))
+    hang_at = int(os.environ.get("HANG_AT", "-1"))
+    slow_rank = int(os.environ.get("SLOW_RANK", "-1"))
+    slow_share = float(os.environ.get("SLOW_SHARE", "1.0"))
+    ckpt_every = int(os.environ.get("CKPT_EVERY", "0"))
+    os.makedirs("logs", exist_ok=True)
+    os.makedirs("ckpt", exist_ok=True)
+    start = 0
+    resume = os.environ.get("ROGER_RESUME_CKPT")
+    if resume:
+        start = torch.load(resume)["step"]
+        # The resumed launch does not hang again: the fault was transient.
+        hang_rank = -1
+    w = torch.zeros(8)
+    log = open(f"logs/rank{rank}.jsonl", "a", buffering=1)
+    for step in range(start + 1, steps + 1):
+        t0 = time.perf_counter()
+        if rank == hang_rank and step == hang_at:
+            slow_loader(step)
+        share = slow_share if rank == slow_rank else 1.0
+        busy(work_s / share)
+        own = time.perf_counter() - t0
+        g = torch.full((8,), float(rank + 1))
+        dist.all_reduce(g)
+        w -= 0.01 * g / world
+        loss = 1.0 / (1.0 + 0.01 * step)
+        log.write(json.dumps({"step": step, "loss": loss, "step_time": round(own, 5)}) + "\n")
+        if rank == 0 and ckpt_every and step % ckpt_every == 0:
+            path = f"ckpt/step{step}.pt"
+            torch.save({"step": step, "w": w}, path)
+            roger = os.environ.get("ROGER_BIN")
+            if roger:
+                subprocess.run([roger, "publish", path, "--step", str(step)], check=True)
+        dist.barrier() if ckpt_every and step % ckpt_every == 0 else None
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
