@@ -339,5 +339,21 @@ pub fn rank_of_name(pattern_name: &str, name: &str) -> Option<u32> {
     mid.parse().ok()
 }
 
+/// One JSONL line of a rank's log: its step and its own step time (seconds), by key
+/// (`a/b` reaches into nested objects). None when the line is not JSON or has no step.
+pub fn parse_line(line: &[u8], step_key: &str, time_key: &str) -> Option<(u64, Option<f64>)> {
+    let v: serde_json::Value = serde_json::from_slice(line).ok()?;
+    let get = |key: &str| {
+        key.split('/')
+            .try_fold(&v, |v, k| v.get(k))
+            .filter(|_| !key.is_empty())
+    };
+    let step = get(step_key)?;
+    let step = step
+        .as_u64()
+        .or_else(|| step.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))?;
+    Some((step, get(time_key).and_then(|t| t.as_f64())))
+}
+
 #[cfg(test)]
 mod tests;

@@ -177,7 +177,11 @@ impl Config {
         run.log = resolve(&run.log);
         // `{rank}`: every rank's log is read; the critic's curves (and every reader of one
         // log) use the judged rank's file.
-        if let Some(l) = run.log.clone().filter(|l| l.to_string_lossy().contains("{rank}")) {
+        if let Some(l) = run
+            .log
+            .clone()
+            .filter(|l| l.to_string_lossy().contains("{rank}"))
+        {
             run.log = Some(crate::ranks::fill(&l, raw.ranks.judge));
             run.rank_log = Some(l);
         }

@@ -102,7 +102,10 @@ pub fn group(dumps: &[(u32, Result<String, String>)]) -> Vec<Group> {
             .and_then(|d| innermost(&parse_dump(d)).cloned());
         let key = frame.as_ref().map(|f| (f.function.clone(), f.file.clone()));
         match groups.iter_mut().find(|g| {
-            g.frame.as_ref().map(|f| (f.function.clone(), f.file.clone())) == key
+            g.frame
+                .as_ref()
+                .map(|f| (f.function.clone(), f.file.clone()))
+                == key
         }) {
             Some(g) => g.ranks.push(*rank),
             None => groups.push(Group {
@@ -114,7 +117,12 @@ pub fn group(dumps: &[(u32, Result<String, String>)]) -> Vec<Group> {
     for g in &mut groups {
         g.ranks.sort_unstable();
     }
-    groups.sort_by(|a, b| b.ranks.len().cmp(&a.ranks.len()).then(a.ranks.cmp(&b.ranks)));
+    groups.sort_by(|a, b| {
+        b.ranks
+            .len()
+            .cmp(&a.ranks.len())
+            .then(a.ranks.cmp(&b.ranks))
+    });
     groups
 }
 

@@ -51,7 +51,11 @@ impl Flag {
         };
         let own = w.and_then(|w| w.measure.get(&self.rank)).copied();
         let med = w.map(|w| median(w.measure.values().copied().collect()));
-        let unit = if self.source == "step_time" { " s" } else { " cores" };
+        let unit = if self.source == "step_time" {
+            " s"
+        } else {
+            " cores"
+        };
         format!(
             "rank {} is a straggler: its speed was {} of the median rank's in {} windows in a row (below the share {share}; {what} {}{unit} vs the median {}{unit})",
             self.rank,

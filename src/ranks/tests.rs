@@ -31,10 +31,7 @@ fn a_recorded_dump_parses_innermost_first() {
     assert_eq!(t[0].frames.last().unwrap().function, "<module>");
     let t = parse_dump(RANK0);
     assert_eq!(t[0].frames[0].function, "all_reduce");
-    assert_eq!(
-        t[0].frames[0].file,
-        "torch/distributed/distributed_c10d.py"
-    );
+    assert_eq!(t[0].frames[0].file, "torch/distributed/distributed_c10d.py");
 }
 
 #[test]
@@ -42,17 +39,17 @@ fn the_launchers_threads_and_odd_function_names_parse() {
     let t = parse_dump(LAUNCHER);
     assert!(t.len() >= 2, "{t:?}");
     assert_eq!(t[0].name, "MainThread");
-    assert_eq!(
-        t[0].frames[0].function,
-        "SimpleElasticAgent._invoke_run"
-    );
+    assert_eq!(t[0].frames[0].function, "SimpleElasticAgent._invoke_run");
     // Functions with parentheses-free dotted names and `<locals>` keep them whole.
     assert!(t[0]
         .frames
         .iter()
         .any(|f| f.function == "prof.<locals>.wrap.<locals>.wrapper"));
     assert!(t[1].name.starts_with("TailLog"));
-    assert_eq!(stacks::innermost(&t).unwrap().function, "SimpleElasticAgent._invoke_run");
+    assert_eq!(
+        stacks::innermost(&t).unwrap().function,
+        "SimpleElasticAgent._invoke_run"
+    );
 }
 
 #[test]
@@ -76,7 +73,10 @@ fn no_odd_group_when_all_agree_or_split_evenly_and_failed_dumps_are_a_group() {
     let g = group(&d);
     assert_eq!(g.len(), 1);
     assert!(odd(&g).is_none());
-    assert_eq!(summary(&g, 5.0), "ranks 0,1,2,3 in `all_reduce` (distributed_c10d.py:1541)");
+    assert_eq!(
+        summary(&g, 5.0),
+        "ranks 0,1,2,3 in `all_reduce` (distributed_c10d.py:1541)"
+    );
     let mut d = dumps();
     d[3].1 = Ok(RANK2.to_string());
     assert!(odd(&group(&d)).is_none(), "2-2 split");
@@ -137,7 +137,10 @@ fn the_rank_map_skips_the_launcher_and_dataloader_workers() {
         .map(|(p, e)| (ProcId { pid: p, start: 7 }, e))
         .collect();
     let m = rank_map(&tree, &envs);
-    assert_eq!(m.iter().map(|r| (r.rank, r.pid)).collect::<Vec<_>>(), vec![(0, 11), (1, 12)]);
+    assert_eq!(
+        m.iter().map(|r| (r.rank, r.pid)).collect::<Vec<_>>(),
+        vec![(0, 11), (1, 12)]
+    );
     assert_eq!(
         map_line(&m),
         "2 rank(s) of world size 2: 0 pid 11 (local 0, no GPU); 1 pid 12 (local 1, no GPU)"
@@ -176,7 +179,10 @@ fn live(acts: &[&'static str]) -> Vec<RankLive> {
 #[test]
 fn one_rank_differing_from_the_rest_is_named() {
     let d = describe(&live(&["idle", "idle", "busy", "idle"]));
-    assert_eq!(d[0], "ranks: rank 2 busy (CPU 99%); ranks 0,1,3 idle (CPU 0%, 0%, 0%)");
+    assert_eq!(
+        d[0],
+        "ranks: rank 2 busy (CPU 99%); ranks 0,1,3 idle (CPU 0%, 0%, 0%)"
+    );
     assert_eq!(
         d[1],
         "one rank differs from the rest: rank 2 busy (CPU 99%) while ranks 0,1,3 idle"
@@ -184,7 +190,10 @@ fn one_rank_differing_from_the_rest_is_named() {
     // All quiet: the plain wedge, no odd one.
     assert_eq!(describe(&live(&["idle"; 4])).len(), 1);
     assert!(odd_one(&live(&["idle", "busy", "busy", "idle"])).is_none());
-    assert!(odd_one(&live(&["idle", "busy"])).is_none(), "two ranks have no 'rest'");
+    assert!(
+        odd_one(&live(&["idle", "busy"])).is_none(),
+        "two ranks have no 'rest'"
+    );
 }
 
 #[test]
@@ -236,7 +245,9 @@ fn a_rank_30_percent_slower_is_a_straggler_after_k_windows_once() {
     let f = &flags[0];
     assert_eq!((f.rank, f.source, f.relative.len()), (1, "step_time", 3));
     assert!(f.relative.iter().all(|r| (*r - 0.7).abs() < 0.01), "{f:?}");
-    assert!(f.reason(0.75).starts_with("rank 1 is a straggler: its speed was 0.70, 0.70, 0.70"));
+    assert!(f
+        .reason(0.75)
+        .starts_with("rank 1 is a straggler: its speed was 0.70, 0.70, 0.70"));
 }
 
 #[test]
@@ -275,4 +286,17 @@ fn without_step_times_cpu_activity_is_the_speed_and_an_idle_job_flags_nobody() {
     for w in 0..5 {
         assert!(d.sample(w as f64 * 10.0, &obs(&[1.0, 1.0, 1.0])).is_empty());
     }
+}
+
+#[test]
+fn rank_log_lines_give_step_and_step_time() {
+    let l = br#"{"step": 12, "loss": 0.5, "step_time": 0.071}"#;
+    assert_eq!(parse_line(l, "step", "step_time"), Some((12, Some(0.071))));
+    assert_eq!(
+        parse_line(br#"{"train": {"it": 3}, "t": 1}"#, "train/it", "t"),
+        Some((3, Some(1.0)))
+    );
+    assert_eq!(parse_line(br#"{"loss": 1}"#, "step", "step_time"), None);
+    assert_eq!(parse_line(b"not json", "step", "step_time"), None);
+    assert_eq!(parse_line(br#"{"step": 4}"#, "step", ""), Some((4, None)));
 }

@@ -13,6 +13,8 @@ mod event;
 pub mod logtail;
 mod observe;
 pub mod policy;
+pub mod ranklogs;
+mod ranks;
 mod relaunch;
 pub mod resume;
 pub mod signals;
@@ -103,6 +105,8 @@ pub(crate) struct Watcher<'a> {
     pub export: Option<crate::export::Exporter>,
     /// `[notify]`: pages, digest and dead-man ping after each tick.
     pub notify: Option<crate::notify::daemon::Notifier>,
+    /// The run's ranks (torchrun): map, liveness, logs, stragglers.
+    pub ranks: ranks::RankWatch,
 }
 
 /// Run the watch until the run is done, a breaker opens, or roger is told to stop.
@@ -223,8 +227,13 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         xids: xids::XidFeed::start(&cfg.gpu.source),
         export: crate::export::Exporter::from_config(cfg, SOURCE),
         notify: crate::notify::daemon::Notifier::from_config(cfg, SOURCE, chrono::Utc::now()),
+        ranks: ranks::RankWatch::new(cfg),
         ledger,
     };
+    if me.first_launched_at.is_some() {
+        // What the rank logs hold already is not this launch's.
+        me.ranks.launched();
+    }
     me.start()
 }
 
@@ -298,6 +307,10 @@ impl Watcher<'_> {
         };
         let mut fields = vec![("event", "start".into()), ("mode", mode.into())];
         fields.extend(self.launch_fields());
+        if self.run.attached() {
+            self.sample_ranks();
+            fields.extend(self.rank_fields());
+        }
         let start = self.record(
             Kind::Watch,
             None,
@@ -352,7 +365,9 @@ impl Watcher<'_> {
             }
             next = Instant::now() + interval;
             let sample = self.sample();
+            let rank_obs = sample.ranks.clone();
             let a = self.sentinel.observe(sample);
+            self.rank_tick(&rank_obs)?;
             self.report.tick(&a);
             if a.state == State::Working {
                 // A dry run records each episode once; progress ends the episode.

@@ -6,7 +6,7 @@ collective, in seconds) and rank 0 saves a checkpoint every CKPT_EVERY steps and
 it with `roger publish` (when ROGER_BIN is set). Knobs (environment):
   HANG_RANK, HANG_AT     rank HANG_RANK sleeps forever in `slow_loader` at step HANG_AT
   SLOW_RANK, SLOW_SHARE  rank SLOW_RANK works at SLOW_SHARE of the others' speed
-  STEPS, WORK_S          steps to run, seconds of work per step
+  STEPS, WORK_ITERS      steps to run, matmuls of work per step
 Resumes from ROGER_RESUME_CKPT when set (the step is in the checkpoint).
 """
 
@@ -17,20 +17,24 @@ import sys
 import time
 
 import torch
+
+torch.set_num_threads(1)
 import torch.distributed as dist
 
 
-def busy(seconds):
-    """CPU work for about `seconds` (a matmul loop, as a model step would)."""
-    t0 = time.perf_counter()
+def busy(iters):
+    """A fixed amount of CPU work (a matmul loop, as a model step would): under load it
+    takes longer, as a real step does."""
     a = torch.ones(64, 64)
-    while time.perf_counter() - t0 < seconds:
+    for _ in range(int(iters)):
         a = (a @ a).clamp_(max=1.0)
     return float(a[0, 0])
 
 
 def slow_loader(step):
     """The dataloader that never returns (the hang under test)."""
+    with open("hang-started", "w") as f:
+        f.write(f"{time.time()} {step}\n")
     while True:
         time.sleep(1.0)
 
@@ -40,7 +44,7 @@ def main():
     world = int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo")
     steps = int(os.environ.get("STEPS", "1000000"))
-    work_s = float(os.environ.get("WORK_S", "0.05"))
+    work = int(os.environ.get("WORK_ITERS", "300"))
     hang_rank = int(os.environ.get("HANG_RANK", "-1"))
     hang_at = int(os.environ.get("HANG_AT", "-1"))
     slow_rank = int(os.environ.get("SLOW_RANK", "-1"))
@@ -61,7 +65,7 @@ def main():
         if rank == hang_rank and step == hang_at:
             slow_loader(step)
         share = slow_share if rank == slow_rank else 1.0
-        busy(work_s / share)
+        busy(work / share)
         own = time.perf_counter() - t0
         g = torch.full((8,), float(rank + 1))
         dist.all_reduce(g)
@@ -74,7 +78,6 @@ def main():
             roger = os.environ.get("ROGER_BIN")
             if roger:
                 subprocess.run([roger, "publish", path, "--step", str(step)], check=True)
-        dist.barrier() if ckpt_every and step % ckpt_every == 0 else None
     dist.destroy_process_group()
 
 
