@@ -6,7 +6,9 @@ collective, in seconds) and rank 0 saves a checkpoint every CKPT_EVERY steps and
 it with `roger publish` (when ROGER_BIN is set). Knobs (environment):
   HANG_RANK, HANG_AT     rank HANG_RANK sleeps forever in `slow_loader` at step HANG_AT
   SLOW_RANK, SLOW_SHARE  rank SLOW_RANK works at SLOW_SHARE of the others' speed
-  STEPS, WORK_ITERS      steps to run, matmuls of work per step
+  RUN_S                  stop after this many seconds of steps (rank 0 decides)
+  STEPS, WORK_ITERS      steps to run, matmuls of host work per step
+  DEVICE_S               seconds of (emulated) device work per step
 Resumes from ROGER_RESUME_CKPT when set (the step is in the checkpoint).
 """
 
@@ -44,7 +46,8 @@ def main():
     world = int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo")
     steps = int(os.environ.get("STEPS", "1000000"))
-    work = int(os.environ.get("WORK_ITERS", "300"))
+    work = int(os.environ.get("WORK_ITERS", "30"))
+    device_s = float(os.environ.get("DEVICE_S", "0.04"))
     hang_rank = int(os.environ.get("HANG_RANK", "-1"))
     hang_at = int(os.environ.get("HANG_AT", "-1"))
     slow_rank = int(os.environ.get("SLOW_RANK", "-1"))
@@ -58,26 +61,38 @@ def main():
         start = torch.load(resume)["step"]
         # The resumed launch does not hang again: the fault was transient.
         hang_rank = -1
+    run_s = float(os.environ.get("RUN_S", "0"))
+    began = time.time()
     w = torch.zeros(8)
     log = open(f"logs/rank{rank}.jsonl", "a", buffering=1)
     for step in range(start + 1, steps + 1):
         t0 = time.perf_counter()
         if rank == hang_rank and step == hang_at:
             slow_loader(step)
-        share = slow_share if rank == slow_rank else 1.0
-        busy(work / share)
+        busy(work)
+        # The accelerator's share of the step (this box has none): time the host waits.
+        time.sleep(device_s)
+        if rank == slow_rank:
+            # Everything this rank does takes 1/SLOW_SHARE as long (a throttled GPU, a slow
+            # host): the rest of its step, waited out.
+            time.sleep((time.perf_counter() - t0) * (1.0 / slow_share - 1.0))
         own = time.perf_counter() - t0
-        g = torch.full((8,), float(rank + 1))
+        g = torch.full((9,), float(rank + 1))
+        # Rank 0 ends the run after RUN_S seconds of steps; the collective tells the rest.
+        g[8] = 1.0 if rank == 0 and run_s and time.time() - began > run_s else 0.0
         dist.all_reduce(g)
-        w -= 0.01 * g / world
+        w -= 0.01 * g[:8] / world
         loss = 1.0 / (1.0 + 0.01 * step)
-        log.write(json.dumps({"step": step, "loss": loss, "step_time": round(own, 5)}) + "\n")
+        line = {"step": step, "loss": loss, "step_time": round(own, 5), "t": round(time.time(), 3)}
+        log.write(json.dumps(line) + "\n")
         if rank == 0 and ckpt_every and step % ckpt_every == 0:
             path = f"ckpt/step{step}.pt"
             torch.save({"step": step, "w": w}, path)
             roger = os.environ.get("ROGER_BIN")
             if roger:
                 subprocess.run([roger, "publish", path, "--step", str(step)], check=True)
+        if g[8] > 0:
+            break
     dist.destroy_process_group()
 
 
