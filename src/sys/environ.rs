@@ -14,8 +14,13 @@ mod tests {
             .env("RANK", "3")
             .spawn()
             .unwrap();
-        let raw = super::read(c.id()).unwrap();
-        assert!(raw.split(|b| *b == 0).any(|kv| kv == b"RANK=3"));
+        // Until the child has exec'd, /proc shows the environment it was forked with.
+        let has = |raw: &[u8]| raw.split(|b| *b == 0).any(|kv| kv == b"RANK=3");
+        let t0 = std::time::Instant::now();
+        while !super::read(c.id()).is_some_and(|r| has(&r)) {
+            assert!(t0.elapsed().as_secs() < 5, "RANK=3 never seen");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         c.kill().unwrap();
         c.wait().unwrap();
         assert!(super::read(c.id()).is_none());

@@ -16,9 +16,12 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// Reads of a process's environment before it counts as no rank.
+const ENV_READS: u32 = 5;
+
 pub(crate) struct RankWatch {
-    /// Each process's rank environment, read once (None: not a rank).
-    envs: BTreeMap<ProcId, Option<RankEnv>>,
+    /// Each process's rank environment (None: not a rank, so far) and how often it was read.
+    envs: BTreeMap<ProcId, (Option<RankEnv>, u32)>,
     pub map: Vec<Rank>,
     /// (rank, pid) of the map last recorded.
     recorded: Vec<(u32, u32)>,
@@ -72,16 +75,20 @@ impl RankWatch {
     /// The rank map and each rank's counters from this tick's tree.
     pub fn read(&mut self, tree: &[ProcStat]) -> Vec<RankObs> {
         for st in tree.iter().filter(|s| s.state != 'Z') {
-            self.envs.entry(st.id).or_insert_with(|| {
-                crate::sys::environ::read(st.id.pid).and_then(|e| ranks::parse_environ(&e))
-            });
+            let e = self.envs.entry(st.id).or_insert((None, 0));
+            // A process read between fork and exec still shows its parent's environment:
+            // one without a RANK is read again for its first few ticks.
+            if e.0.is_none() && e.1 < ENV_READS {
+                e.1 += 1;
+                e.0 = crate::sys::environ::read(st.id.pid).and_then(|r| ranks::parse_environ(&r));
+            }
         }
         let live: Vec<ProcId> = tree.iter().map(|s| s.id).collect();
         self.envs.retain(|id, _| live.contains(id));
         let envs: BTreeMap<ProcId, RankEnv> = self
             .envs
             .iter()
-            .filter_map(|(id, e)| Some((*id, e.clone()?)))
+            .filter_map(|(id, e)| Some((*id, e.0.clone()?)))
             .collect();
         let mut map = ranks::rank_map(tree, &envs);
         let members = ranks::members(tree, &map);
