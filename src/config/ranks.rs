@@ -47,3 +47,42 @@ impl RanksConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use std::path::{Path, PathBuf};
+
+    fn parse(text: &str) -> anyhow::Result<Config> {
+        Config::parse(text, Path::new("/r/roger.toml"))
+    }
+
+    #[test]
+    fn a_rank_pattern_judges_one_rank_and_keeps_the_pattern() {
+        let c = parse("[run]\nname = \"x\"\nlog = \"logs/rank{rank}.jsonl\"\n").unwrap();
+        assert_eq!(c.run.log, Some(PathBuf::from("/r/logs/rank0.jsonl")));
+        assert_eq!(
+            c.run.rank_log,
+            Some(PathBuf::from("/r/logs/rank{rank}.jsonl"))
+        );
+        assert_eq!(c.ranks.straggler_share, 0.75);
+        let c = parse("[run]\nname = \"x\"\nlog = \"logs/rank{rank}.jsonl\"\n[ranks]\njudge = 2\n")
+            .unwrap();
+        assert_eq!(c.run.log, Some(PathBuf::from("/r/logs/rank2.jsonl")));
+        let c = parse("[run]\nname = \"x\"\nlog = \"train.jsonl\"\n").unwrap();
+        assert_eq!(c.run.rank_log, None);
+    }
+
+    #[test]
+    fn a_misplaced_rank_placeholder_or_unknown_key_is_an_error() {
+        let e = parse("[run]\nname = \"x\"\nlog = \"rank{rank}/log.jsonl\"\n").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("expected `{rank}` once, in the file name"),
+            "{e:#}"
+        );
+        let e = parse("[run]\nname = \"x\"\nlog = \"r{rank}-{rank}.jsonl\"\n").unwrap_err();
+        assert!(format!("{e:#}").contains("once"), "{e:#}");
+        let e = parse("[run]\nname = \"x\"\n[ranks]\nstraggler_shar = 0.5\n").unwrap_err();
+        assert!(format!("{e:#}").contains("straggler_shar"), "{e:#}");
+    }
+}

@@ -23,8 +23,9 @@ pub(crate) struct RankWatch {
     /// Each process's rank environment (None: not a rank, so far) and how often it was read.
     envs: BTreeMap<ProcId, (Option<RankEnv>, u32)>,
     pub map: Vec<Rank>,
-    /// (rank, pid) of the map last recorded.
+    /// (rank, pid) of the map last recorded, and of the last read.
     recorded: Vec<(u32, u32)>,
+    pending: Vec<(u32, u32)>,
     logs: Option<RankLogs>,
     detector: Detector,
     /// Which GPU each pid is on, and each GPU's utilisation, from the tick's GPU read.
@@ -40,6 +41,7 @@ impl RankWatch {
             envs: BTreeMap::new(),
             map: Vec::new(),
             recorded: Vec::new(),
+            pending: Vec::new(),
             logs: cfg
                 .run
                 .rank_log
@@ -60,6 +62,7 @@ impl RankWatch {
         self.detector.reset();
         self.map.clear();
         self.recorded.clear();
+        self.pending.clear();
         self.steps.clear();
     }
 
@@ -114,7 +117,9 @@ impl RankWatch {
         let now: Vec<(u32, u32)> = self.map.iter().map(|r| (r.rank, r.pid)).collect();
         let world = self.map.iter().find_map(|r| r.world_size);
         let complete = world.is_none_or(|w| self.map.len() as u32 >= w);
-        if now.is_empty() || now == self.recorded || !complete {
+        // Recorded once it held for two reads: a process caught mid-start is not a rank change.
+        let held = std::mem::replace(&mut self.pending, now.clone()) == now;
+        if now.is_empty() || now == self.recorded || !complete || !held {
             return None;
         }
         self.recorded = now;

