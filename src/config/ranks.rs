@@ -18,7 +18,8 @@ pub struct RanksConfig {
     /// The length of one window.
     pub straggler_window: Dur,
     /// The key in each rank's JSONL log holding the seconds of its own work in a step
-    /// (before the collective); without it the rule falls back on CPU activity.
+    /// (before the collective); a job that logs none is judged by CPU activity, in windows
+    /// where every rank works.
     pub step_time: String,
     /// Step times a rank must log in a window for them to be used.
     pub min_steps: u32,

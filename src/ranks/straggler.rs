@@ -1,6 +1,7 @@
 //! The straggler rule (a warning, never a kill): per window of time, each rank's speed — from
 //! the step times it logs itself (its own work before the collective; in a synchronous job
-//! every rank's step *rate* is the same), else from its CPU activity — relative to the
+//! every rank's step *rate* is the same), else — for a job that logs none, in windows where
+//! every rank works — from its CPU activity, relative to the
 //! median rank's. A rank below `share` of the median for `windows` windows in a row is a
 //! straggler, reported once until it recovers. Pure: step times, readings and `now` come in.
 
@@ -61,7 +62,7 @@ impl Flag {
             self.rank,
             self.relative
                 .iter()
-                .map(|r| format!("{r:.2}"))
+                .map(|r| format!("{r:.3}"))
                 .collect::<Vec<_>>()
                 .join(", "),
             self.relative.len(),
@@ -70,6 +71,9 @@ impl Flag {
         )
     }
 }
+
+/// CPU (cores) below which a rank is waiting, not working, for the CPU fallback.
+const CPU_WORKING: f64 = 0.05;
 
 pub struct Detector {
     rule: Rule,
@@ -80,6 +84,8 @@ pub struct Detector {
     recent: Vec<Window>,
     streak: BTreeMap<u32, u32>,
     flagged: BTreeSet<u32>,
+    /// Some rank has logged step times: the job's speed is judged from them only.
+    logs_step_times: bool,
 }
 
 impl Detector {
@@ -93,6 +99,7 @@ impl Detector {
             recent: Vec::new(),
             streak: BTreeMap::new(),
             flagged: BTreeSet::new(),
+            logs_step_times: false,
         }
     }
 
@@ -103,6 +110,7 @@ impl Detector {
 
     /// Step times a rank logged since the last call (seconds).
     pub fn step_times(&mut self, rank: u32, times: &[f64]) {
+        self.logs_step_times |= !times.is_empty();
         self.times
             .entry(rank)
             .or_default()
@@ -142,6 +150,11 @@ impl Detector {
                 .get(r)
                 .is_some_and(|t| t.len() >= self.rule.min_steps)
         });
+        if !from_steps && self.logs_step_times {
+            // The job logs step times: a window short of them (start-up, a checkpoint) is
+            // not judged by CPU instead.
+            return None;
+        }
         let (source, measure, speed): (&'static str, BTreeMap<u32, f64>, BTreeMap<u32, f64>) =
             if from_steps {
                 let m: BTreeMap<u32, f64> = ranks
@@ -161,8 +174,9 @@ impl Detector {
                     .iter()
                     .filter_map(|r| Some((*r, ((last.get(r)? - base.get(r)?) / dt).max(0.0))))
                     .collect();
-                if m.len() < 2 || m.values().all(|v| *v < 0.05) {
-                    // Nobody works (a wedge, a pause): no rank is slower than the rest.
+                if m.len() < 2 || m.values().any(|v| *v < CPU_WORKING) {
+                    // A rank that does not work at all is waiting (start-up, a collective the
+                    // others are late to, a wedge): CPU says nothing about its speed then.
                     return None;
                 }
                 ("cpu", m.clone(), m)

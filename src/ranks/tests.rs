@@ -247,7 +247,7 @@ fn a_rank_30_percent_slower_is_a_straggler_after_k_windows_once() {
     assert!(f.relative.iter().all(|r| (*r - 0.7).abs() < 0.01), "{f:?}");
     assert!(f
         .reason(0.75)
-        .starts_with("rank 1 is a straggler: its speed was 0.70, 0.70, 0.70"));
+        .starts_with("rank 1 is a straggler: its speed was 0.700, 0.700, 0.700"));
 }
 
 #[test]
@@ -285,6 +285,26 @@ fn without_step_times_cpu_activity_is_the_speed_and_an_idle_job_flags_nobody() {
     let mut d = Detector::new(rule());
     for w in 0..5 {
         assert!(d.sample(w as f64 * 10.0, &obs(&[1.0, 1.0, 1.0])).is_empty());
+    }
+    // A rank waiting (no CPU) while the others work is not judged by CPU.
+    let mut d = Detector::new(rule());
+    let mut cpu = [0.0f64; 3];
+    for w in 0..5 {
+        d.sample(w as f64 * 10.0, &obs(&cpu));
+        cpu[0] += 9.0;
+        cpu[1] += 9.0;
+        assert!(d.sample(w as f64 * 10.0 + 10.0, &obs(&cpu)).is_empty());
+    }
+    // Once the job has logged step times, windows short of them are not judged by CPU.
+    let mut d = Detector::new(rule());
+    d.step_times(0, &[0.1]);
+    let mut cpu = [0.0f64; 3];
+    for w in 0..5 {
+        d.sample(w as f64 * 10.0, &obs(&cpu));
+        cpu[0] += 9.0;
+        cpu[1] += 9.0;
+        cpu[2] += 2.0;
+        assert!(d.sample(w as f64 * 10.0 + 10.0, &obs(&cpu)).is_empty());
     }
 }
 
