@@ -97,6 +97,8 @@ pub(crate) struct Watcher<'a> {
     /// Dry run: the current episode was recorded already.
     pub recorded_episode: bool,
     pub run_gpus: Vec<u32>,
+    /// The run's ranks (torchrun): map, liveness, logs, stragglers.
+    pub ranks: ranks::RankWatch,
     /// `[watch] disk_check`: when it last ran and what it said.
     pub disk: crate::hygiene::disk_tick::DiskTicker,
     /// NVML critical-XID events, when the driver offers them.
@@ -105,8 +107,6 @@ pub(crate) struct Watcher<'a> {
     pub export: Option<crate::export::Exporter>,
     /// `[notify]`: pages, digest and dead-man ping after each tick.
     pub notify: Option<crate::notify::daemon::Notifier>,
-    /// The run's ranks (torchrun): map, liveness, logs, stragglers.
-    pub ranks: ranks::RankWatch,
 }
 
 /// Run the watch until the run is done, a breaker opens, or roger is told to stop.
@@ -223,11 +223,11 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         first_launched_at,
         recorded_episode: false,
         run_gpus: Vec::new(),
+        ranks: ranks::RankWatch::new(cfg),
         disk: Default::default(),
         xids: xids::XidFeed::start(&cfg.gpu.source),
         export: crate::export::Exporter::from_config(cfg, SOURCE),
         notify: crate::notify::daemon::Notifier::from_config(cfg, SOURCE, chrono::Utc::now()),
-        ranks: ranks::RankWatch::new(cfg),
         ledger,
     };
     if me.first_launched_at.is_some() {
