@@ -22,6 +22,7 @@ pub mod probe;
 pub mod progress;
 pub mod publish;
 pub mod quarantine;
+pub mod ranks;
 pub mod report;
 pub mod schedule;
 pub mod sentinel;

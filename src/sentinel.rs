@@ -45,6 +45,8 @@ pub struct Sentinel {
     /// Recent (time, process reading) pairs: the base of activity windows.
     history: VecDeque<(f64, Option<ProcObs>)>,
     recent: VecDeque<Trace>,
+    /// Recent (time, rank readings) pairs: the base of per-rank windows.
+    rank_history: VecDeque<(f64, Vec<crate::ranks::RankObs>)>,
 }
 
 impl Sentinel {
@@ -63,6 +65,7 @@ impl Sentinel {
                 missing: vec!["no samples yet".into()],
             },
             recent: VecDeque::new(),
+            rank_history: VecDeque::new(),
         }
     }
 
@@ -129,7 +132,12 @@ impl Sentinel {
         let limit = self.limit();
         let silent = (s.at - self.last_progress_at).max(0.0);
         let rates = self.rates(&s);
-        let (raw, reasons) = self.classify(&s, progress, log_grew, silent, &limit, rates);
+        let ranks = self.rank_rates(&s);
+        let (raw, mut reasons) = self.classify(&s, progress, log_grew, silent, &limit, rates);
+        if !matches!(raw, State::Working | State::Exited { .. }) {
+            // Which ranks are idle, busy or in D state, and the one that differs, if any.
+            reasons.extend(crate::ranks::describe(&ranks));
+        }
 
         let kind = raw.name();
         self.streak = if self.streak.0 == kind {
@@ -145,7 +153,9 @@ impl Sentinel {
         if matches!(raw, State::Exited { .. }) || held {
             self.reported = raw.clone();
         }
-        self.recent.push_back(trace(&s, &raw, rates));
+        let mut t = trace(&s, &raw, rates);
+        t.ranks = ranks;
+        self.recent.push_back(t);
         while self.recent.len() > self.rules.hysteresis as usize + 2 {
             self.recent.pop_front();
         }
@@ -189,6 +199,30 @@ impl Sentinel {
         });
         self.history
             .push_back((s.at, s.proc.as_ref().ok().copied()));
+        out
+    }
+
+    /// Each rank's activity over the same kind of window as [`Sentinel::rates`].
+    fn rank_rates(&mut self, s: &Sample) -> Vec<crate::ranks::RankLive> {
+        let min_window = self.rules.interval / 2.0;
+        while self.rank_history.len() >= 2 && s.at - self.rank_history[1].0 >= min_window {
+            self.rank_history.pop_front();
+        }
+        let r = &self.rules;
+        let out = self
+            .rank_history
+            .front()
+            .map_or_else(Vec::new, |(at, base)| {
+                crate::ranks::rates(
+                    base,
+                    &s.ranks,
+                    s.at - at,
+                    r.busy_cpu,
+                    r.busy_io,
+                    r.gpu_pinned_util,
+                )
+            });
+        self.rank_history.push_back((s.at, s.ranks.clone()));
         out
     }
 
@@ -391,6 +425,7 @@ fn trace(s: &Sample, raw: &State, rates: Option<Rates>) -> Trace {
         io_per_s: rates.and_then(|r| r.io),
         gpu_util,
         gpu_power,
+        ranks: Vec::new(),
     }
 }
 

@@ -21,6 +21,7 @@ mod probe;
 mod publish;
 mod publish_detach;
 mod quarantine;
+mod ranks;
 mod read_less;
 mod real_configs;
 mod real_logs;

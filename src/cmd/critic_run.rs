@@ -105,6 +105,18 @@ impl<'a> Runner<'a> {
         if observe::needs_gpu(&obs) {
             obs.gpu_vram = Some(observe::read_vram(&mut *self.gpu, &self.pids));
         }
+        if let Some(pattern) = &self.cfg.run.rank_log {
+            // The other ranks' logs feed staleness; the curves are the judged rank's.
+            obs.ranks = crate::watch::ranklogs::latest(pattern, &self.cfg.metrics.step)
+                .into_iter()
+                .filter(|(r, _, _)| *r != self.cfg.ranks.judge)
+                .map(|(rank, step, changed_at)| critic::RankProgress {
+                    rank,
+                    step,
+                    changed_at,
+                })
+                .collect();
+        }
         let verdict = critic::judge(&obs);
         // What this verdict judged is not new to the next one.
         self.history.judged();

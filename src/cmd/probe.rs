@@ -34,6 +34,10 @@ pub struct ProbeArgs {
     /// Do not write the result to the ledger.
     #[arg(long)]
     pub no_ledger: bool,
+    /// Also show the ranks in this process's tree (a torchrun launcher or a rank): RANK,
+    /// LOCAL_RANK, WORLD_SIZE from each process's environment, and its GPU.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
 }
 
 pub fn run(global: &Global, args: ProbeArgs) -> Result<u8> {
@@ -51,7 +55,7 @@ pub fn run(global: &Global, args: ProbeArgs) -> Result<u8> {
         return record(reader.as_mut(), file, args.samples, args.every);
     }
     let disk = cfg.as_ref().map(|c| c.disk.clone()).unwrap_or_default();
-    let report = probe::collect(
+    let mut report = probe::collect(
         &probe::ProbeInputs {
             cfg: cfg.as_ref(),
             disk,
@@ -59,6 +63,9 @@ pub fn run(global: &Global, args: ProbeArgs) -> Result<u8> {
         },
         reader.as_mut(),
     );
+    if let Some(pid) = args.pid {
+        report.ranks = Some(ranks_of(pid, reader.as_mut())?);
+    }
     if let (Some(c), false) = (&cfg, args.no_ledger) {
         write_ledger(&Ledger::new(c.ledger_path()), &c.run.name, &report)?;
     }
@@ -68,6 +75,36 @@ pub fn run(global: &Global, args: ProbeArgs) -> Result<u8> {
         print_human(&report);
     }
     Ok(report.exit_code)
+}
+
+/// The rank map of `pid`'s tree, each rank on the GPU NVML lists it (or a process of it) on.
+fn ranks_of(pid: u32, reader: &mut dyn GpuReader) -> Result<Vec<crate::ranks::Rank>> {
+    use crate::sys::proc::{ProcFs, ProcSource};
+    let fs = ProcFs::default();
+    if fs.stat(pid)?.is_none() {
+        bail!("--pid {pid}: no such process");
+    }
+    let tree = crate::sys::proc::tree(&fs, &[pid])?;
+    let envs = tree
+        .iter()
+        .filter_map(|st| {
+            let raw = crate::sys::environ::read(st.id.pid)?;
+            Some((st.id, crate::ranks::parse_environ(&raw)?))
+        })
+        .collect();
+    let mut ranks = crate::ranks::rank_map(&tree, &envs);
+    if let Ok(snap) = reader.read() {
+        let members = crate::ranks::members(&tree, &ranks);
+        for r in &mut ranks {
+            r.gpu = members.get(&r.rank).into_iter().flatten().find_map(|id| {
+                snap.processes
+                    .iter()
+                    .find(|p| p.pid == id.pid)
+                    .map(|p| p.gpu)
+            });
+        }
+    }
+    Ok(ranks)
 }
 
 fn record(
@@ -132,6 +169,10 @@ fn write_ledger(ledger: &Ledger, run: &str, r: &ProbeReport) -> Result<()> {
                 .collect::<Vec<_>>(),
         )
         .field("findings", findings);
+    let entry = match &r.ranks {
+        Some(ranks) => entry.field("ranks", ranks),
+        None => entry,
+    };
     ledger.append(entry, chrono::Utc::now()).with_context(|| {
         format!(
             "writing the probe to the ledger {}",
@@ -146,6 +187,13 @@ fn na<T: std::fmt::Display>(v: Option<T>) -> String {
 }
 
 fn print_human(r: &ProbeReport) {
+    if let Some(ranks) = &r.ranks {
+        if ranks.is_empty() {
+            outln!("Ranks: none (no process of the tree has RANK in its environment)");
+        } else {
+            outln!("Ranks: {}", crate::ranks::map_line(ranks));
+        }
+    }
     match (&r.gpu_source, &r.gpu_error) {
         (Some(src), _) => outln!("GPUs ({})", r.gpu_reader.as_deref().unwrap_or(src.as_str())),
         (None, Some(e)) => outln!("GPUs: {e}"),

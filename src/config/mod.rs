@@ -6,6 +6,7 @@ pub mod export;
 pub mod gpu;
 pub mod hygiene;
 pub mod notify;
+pub mod ranks;
 mod schedule_rules;
 pub mod units;
 mod validate;
@@ -58,6 +59,9 @@ pub struct RunConfig {
     pub checkpoint_dir: Option<PathBuf>,
     /// Default: `roger-ledger.jsonl` beside this config file.
     pub ledger: Option<PathBuf>,
+    /// `log` as written when it holds `{rank}` (then `log` is the judged rank's file).
+    #[serde(skip)]
+    pub rank_log: Option<PathBuf>,
 }
 
 fn default_format() -> LogFormat {
@@ -95,6 +99,8 @@ struct RawConfig {
     export: export::ExportConfig,
     #[serde(default)]
     notify: notify::NotifyConfig,
+    #[serde(default)]
+    ranks: ranks::RanksConfig,
 }
 
 /// A loaded, validated roger.toml with paths resolved against its directory.
@@ -122,6 +128,7 @@ pub struct Config {
     pub bench: BenchConfig,
     pub export: export::ExportConfig,
     pub notify: notify::NotifyConfig,
+    pub ranks: ranks::RanksConfig,
 }
 
 impl Config {
@@ -168,6 +175,16 @@ impl Config {
         let resolve = |p: &Option<PathBuf>| p.as_ref().map(|p| base.join(p));
         let mut run = raw.run.clone();
         run.log = resolve(&run.log);
+        // `{rank}`: every rank's log is read; the critic's curves (and every reader of one
+        // log) use the judged rank's file.
+        if let Some(l) = run
+            .log
+            .clone()
+            .filter(|l| l.to_string_lossy().contains("{rank}"))
+        {
+            run.log = Some(crate::ranks::fill(&l, raw.ranks.judge));
+            run.rank_log = Some(l);
+        }
         run.checkpoint_dir = resolve(&run.checkpoint_dir);
         run.ledger =
             Some(resolve(&run.ledger).unwrap_or_else(|| base.join(crate::ledger::DEFAULT_FILE)));
@@ -196,6 +213,7 @@ impl Config {
             bench: raw.bench,
             export: raw.export.resolve(&base),
             notify: raw.notify,
+            ranks: raw.ranks,
         })
     }
 

@@ -126,6 +126,14 @@ pub(super) fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
         }
     }
     if let Some(log) = &raw.run.log {
+        let text = log.to_string_lossy();
+        let name = log.file_name().map(|n| n.to_string_lossy().into_owned());
+        if text.contains("{rank}")
+            && (text.matches("{rank}").count() > 1 || !name.is_some_and(|n| n.contains("{rank}")))
+        {
+            bail!("{file}: [run] log {text:?}: expected `{{rank}}` once, in the file name (logs/rank{{rank}}.jsonl)");
+        }
+        let log = &std::path::PathBuf::from(text.replace("{rank}", "0"));
         if let Err(e) = crate::metrics::locate::check_pattern(log) {
             bail!("{file}: [run] {e}");
         }

@@ -65,5 +65,6 @@ pub fn obs_with(samples: Vec<(u64, Vec<(&str, f64)>)>) -> Observation {
         samples_total: 0,
         garbage_total: 0,
         rules: super::RULES,
+        ranks: Vec::new(),
     }
 }

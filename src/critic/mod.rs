@@ -322,6 +322,18 @@ pub struct Observation {
     /// The judging rules ([`RULES`]); 0 in records from before the field.
     #[serde(default)]
     pub rules: u32,
+    /// With `{rank}` in `[run] log`: the other ranks' logs (the curves are the judged
+    /// rank's), for staleness — one rank whose log stops is a stale run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankProgress>,
+}
+
+/// Where another rank's log stands: its newest step and when the file last changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankProgress {
+    pub rank: u32,
+    pub step: Option<u64>,
+    pub changed_at: Option<f64>,
 }
 
 impl Observation {

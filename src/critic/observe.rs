@@ -266,6 +266,7 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
         samples_total: h.samples_total,
         garbage_total: h.garbage_total,
         rules: super::RULES,
+        ranks: Vec::new(),
     }
 }
 

@@ -93,6 +93,31 @@ pub fn stale(obs: &Observation) -> Option<CheckResult> {
     } else {
         format!(" incl. {} for {}", secs(quiet), names.join(" + "))
     };
+    // Another rank behind this one whose log has not changed for longer than the limit.
+    let stuck = obs
+        .ranks
+        .iter()
+        .filter(|r| r.step.is_none_or(|s| s < step))
+        .filter_map(|r| Some((r, (obs.now - r.changed_at?).max(0.0))))
+        .filter(|(_, a)| *a > allowed)
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    if let (Some((r, a)), false) = (stuck, age > allowed) {
+        let at = r.step.map_or("no step yet".into(), |s| format!("step {s}"));
+        return Some(
+            CheckResult::new(
+                "stale",
+                Status::Fail,
+                format!(
+                    "rank {}'s log has not changed for {} ({at}) while the judged rank is at step {step}, over the limit of {}{allowance}: that rank has stopped",
+                    r.rank,
+                    secs(a),
+                    secs(allowed)
+                ),
+            )
+            .observed(json!({"step": step, "rank": r.rank, "rank_step": r.step, "rank_unchanged_s": a}))
+            .expected(expected),
+        );
+    }
     let r = if age > allowed {
         CheckResult::new(
             "stale",
@@ -204,5 +229,34 @@ mod tests {
         let r = stale(&at(500, -86_400.0 * 365.0)).unwrap();
         assert_eq!(r.status, Status::Unknown);
         assert!(r.reason.contains("in the future"), "{}", r.reason);
+    }
+
+    #[test]
+    fn another_rank_whose_log_stopped_makes_the_run_stale() {
+        use super::super::RankProgress;
+        let mut o = at(500, 10.0);
+        let now = o.now;
+        o.ranks = vec![
+            RankProgress {
+                rank: 1,
+                step: Some(500),
+                changed_at: Some(now - 5.0),
+            },
+            RankProgress {
+                rank: 3,
+                step: Some(120),
+                changed_at: Some(now - 700.0),
+            },
+        ];
+        let r = stale(&o).unwrap();
+        assert_eq!(r.status, Status::Fail);
+        assert!(
+            r.reason.starts_with("rank 3's log has not changed for"),
+            "{}",
+            r.reason
+        );
+        // The same rank level with the judged one (a finished rank, a lockstep pause): fine.
+        o.ranks[1].step = Some(500);
+        assert_eq!(stale(&o).unwrap().status, Status::Pass);
     }
 }

@@ -232,6 +232,7 @@ pub fn collect(inputs: &ProbeInputs, reader: &mut dyn GpuReader) -> ProbeReport 
         findings,
         status: word.into(),
         exit_code: code,
+        ranks: None,
     }
 }
 

@@ -83,6 +83,9 @@ pub struct ProbeReport {
     /// ok | warn | fail | unknown.
     pub status: String,
     pub exit_code: u8,
+    /// `--pid`: the ranks in that process's tree (torchrun's workers), with their GPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<Vec<crate::ranks::Rank>>,
 }
 
 /// Init-like processes an orphan is reparented to (PID 1 or a subreaper).

@@ -33,6 +33,7 @@ struct S {
     others: u32,
     gpu: GpuObs,
     lost: u64,
+    ranks: Vec<crate::ranks::RankObs>,
 }
 
 impl S {
@@ -47,6 +48,7 @@ impl S {
             others: 0,
             gpu: GpuObs::Absent { why: "test".into() },
             lost: 0,
+            ranks: Vec::new(),
         }
     }
     fn cpu(mut self, c: f64) -> S {
@@ -81,6 +83,7 @@ impl S {
                 d_state: false,
             }),
             gpu: self.gpu.clone(),
+            ranks: self.ranks.clone(),
         }
     }
 }
@@ -417,4 +420,45 @@ fn hysteresis_is_time_as_well_as_samples_and_rates_span_half_an_interval() {
         span >= 4.0 - 1e-6,
         "wedge counted after {span}s of idle samples"
     );
+}
+
+/// Four ranks at time `at`: rank 2 spins a core (CPU = `at`), the others sleep.
+fn four_ranks(at: f64) -> Vec<crate::ranks::RankObs> {
+    (0..4u32)
+        .map(|r| crate::ranks::RankObs {
+            rank: r,
+            pid: 100 + r,
+            state: if r == 2 { 'R' } else { 'S' },
+            cpu_s: if r == 2 { at } else { 1.0 },
+            io_bytes: Some(0),
+            gpu_util: None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_silent_run_names_its_ranks_and_the_one_that_differs() {
+    let mut s = sentinel(rules());
+    let a = run(
+        &mut s,
+        then_silent(5, 150.0, |mut x| {
+            x.ranks = four_ranks(x.at);
+            x
+        }),
+    );
+    let last = a.last().unwrap();
+    // The tree is busy (rank 2's core): a grind, with the odd rank named in its reasons.
+    assert_eq!(last.state, State::Grind);
+    assert!(
+        last.reasons.iter().any(|r| r
+            == "one rank differs from the rest: rank 2 busy (CPU 100%) while ranks 0,1,3 idle"),
+        "{:?}",
+        last.reasons
+    );
+    let t = last.samples.last().unwrap();
+    assert_eq!(t.ranks.len(), 4, "each rank's liveness is in the sample");
+    assert_eq!(t.ranks[2].activity, "busy");
+    // Working samples carry the ranks too, but no rank words in the reasons.
+    let working = &a[4];
+    assert!(!working.reasons.iter().any(|r| r.starts_with("ranks:")));
 }

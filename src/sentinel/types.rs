@@ -67,6 +67,8 @@ pub struct Sample {
     pub log: Result<LogObs, String>,
     pub proc: Result<ProcObs, String>,
     pub gpu: GpuObs,
+    /// Each rank's counters (a distributed run; empty otherwise).
+    pub ranks: Vec<crate::ranks::RankObs>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -143,6 +145,9 @@ pub struct Trace {
     pub io_per_s: Option<f64>,
     pub gpu_util: Option<f64>,
     pub gpu_power: Option<f64>,
+    /// Each rank's CPU, I/O, state and GPU over the window (a distributed run).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<crate::ranks::RankLive>,
 }
 
 /// The sentinel's answer for one sample.

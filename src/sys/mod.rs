@@ -5,6 +5,7 @@ pub mod bounded;
 pub mod cgroup;
 pub mod clock;
 pub mod disk;
+pub mod environ;
 pub mod fskind;
 pub mod host;
 pub mod owner;

@@ -7,7 +7,7 @@
 use super::child::{self, Stopped};
 use super::ended::{self, Ended};
 use super::policy::{Cause, RunEnd};
-use super::resume::{self, Rollback};
+use super::resume::Rollback;
 use super::{Event, Flow, Watcher};
 use crate::exit;
 use crate::ledger::Kind;
@@ -233,6 +233,10 @@ impl Watcher<'_> {
             ("targets", serde_json::to_value(targets)?),
             ("dry_run", self.opts.dry_run.into()),
         ];
+        let silent = match &a {
+            Evidence::Sentinel(a) | Evidence::Verdict(_, a) => a.silent_s,
+            Evidence::Note(_) => 0.0,
+        };
         let (step, why) = match a {
             Evidence::Sentinel(a) => {
                 fields.extend([
@@ -266,23 +270,9 @@ impl Watcher<'_> {
         if let Some(rb) = rb {
             fields.push(("rollback", serde_json::to_value(rb)?));
         }
-        let hook = &self.cfg.watch.evidence_hook;
-        if !hook.is_empty() && reason != "zombie" {
-            let argv = resume::fill(hook, &[("pid", main.to_string())]);
-            let dir = self
-                .ledger
-                .path()
-                .parent()
-                .map_or_else(|| std::path::PathBuf::from("."), |p| p.to_path_buf())
-                .join("roger-evidence");
-            let file = dir.join(format!(
-                "{}-{main}.txt",
-                chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ")
-            ));
-            match child::evidence(&argv, self.cfg.watch.evidence_timeout.0, &file) {
-                Ok(()) => fields.push(("evidence", file.display().to_string().into())),
-                Err(e) => fields.push(("evidence_error", format!("{e:#}").into())),
-            }
+        if reason != "zombie" {
+            // The hook on the main process and on every rank at once; the ranks' stacks grouped.
+            fields.extend(self.all_evidence(silent));
         }
         let rec = self.record(Kind::Kill, step, fields)?;
         self.report.event(&Event::Kill {

@@ -25,6 +25,8 @@ pub struct Run {
     work: super::work::Work,
     /// A sample has reported the main process's exit (so SIGCHLD no longer wakes the loop).
     exit_sampled: bool,
+    /// The tree as the last sample read it (the rank map is made from it).
+    pub last_tree: Vec<ProcStat>,
 }
 
 /// Make orphans of our children come back to us (Linux ≥ 3.4).
@@ -61,6 +63,7 @@ pub fn spawn(argv: &[String], env: &[(&str, Option<String>)], fs: &dyn ProcSourc
         seen: vec![ProcId { pid, start }],
         work: Default::default(),
         exit_sampled: false,
+        last_tree: Vec::new(),
     })
 }
 
@@ -80,6 +83,7 @@ pub fn attach(pid: u32, fs: &dyn ProcSource) -> Result<Run> {
         seen: vec![st.id],
         work: Default::default(),
         exit_sampled: false,
+        last_tree: Vec::new(),
     })
 }
 
@@ -191,6 +195,7 @@ impl Run {
             .clone()
             .filter(|st| st.id.pid != self.main.pid)
             .count();
+        self.last_tree = tree.clone();
         Ok(ProcObs {
             main,
             others: others as u32,

@@ -13,6 +13,8 @@ mod event;
 pub mod logtail;
 mod observe;
 pub mod policy;
+pub mod ranklogs;
+mod ranks;
 mod relaunch;
 pub mod resume;
 pub mod signals;
@@ -95,6 +97,8 @@ pub(crate) struct Watcher<'a> {
     /// Dry run: the current episode was recorded already.
     pub recorded_episode: bool,
     pub run_gpus: Vec<u32>,
+    /// The run's ranks (torchrun): map, liveness, logs, stragglers.
+    pub ranks: ranks::RankWatch,
     /// `[watch] disk_check`: when it last ran and what it said.
     pub disk: crate::hygiene::disk_tick::DiskTicker,
     /// NVML critical-XID events, when the driver offers them.
@@ -223,6 +227,7 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         first_launched_at,
         recorded_episode: false,
         run_gpus: Vec::new(),
+        ranks: ranks::RankWatch::new(cfg),
         disk: Default::default(),
         xids: xids::XidFeed::start(&cfg.gpu.source),
         feed: crate::ledger::follow::for_readers(
@@ -233,6 +238,10 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         notify,
         ledger,
     };
+    if me.first_launched_at.is_some() {
+        // What the rank logs hold already is not this launch's.
+        me.ranks.launched();
+    }
     me.start()
 }
 
@@ -306,6 +315,10 @@ impl Watcher<'_> {
         };
         let mut fields = vec![("event", "start".into()), ("mode", mode.into())];
         fields.extend(self.launch_fields());
+        if self.run.attached() {
+            self.sample_ranks();
+            fields.extend(self.rank_fields());
+        }
         let start = self.record(
             Kind::Watch,
             None,
@@ -360,7 +373,9 @@ impl Watcher<'_> {
             }
             next = Instant::now() + interval;
             let sample = self.sample();
+            let rank_obs = sample.ranks.clone();
             let a = self.sentinel.observe(sample);
+            self.rank_tick(&rank_obs)?;
             self.report.tick(&a);
             if a.state == State::Working {
                 // A dry run records each episode once; progress ends the episode.

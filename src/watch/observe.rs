@@ -9,13 +9,27 @@ use anyhow::Result;
 impl Watcher<'_> {
     pub(super) fn sample(&mut self) -> Sample {
         let proc = self.run.observe(&self.fs);
-        let log = self.log.poll();
+        let mut log = self.log.poll();
         let gpu = self.gpu_obs();
+        let ranks = self.ranks.read(&self.run.last_tree);
+        // With a log per rank, the run has progressed as far as its slowest rank's log: one
+        // rank whose log stops makes the run stale even while the others' still grow.
+        if let (Some(slowest), Ok(l)) = (self.ranks.poll_logs(), log.as_mut()) {
+            l.last_step = Some(l.last_step.map_or(slowest, |s| s.min(slowest)));
+        }
         Sample {
             at: self.now(),
             log,
             proc,
             gpu,
+            ranks,
+        }
+    }
+
+    /// Read the rank map now (an attached run's ranks exist already at the start).
+    pub(super) fn sample_ranks(&mut self) {
+        if self.run.observe(&self.fs).is_ok() {
+            self.ranks.read(&self.run.last_tree);
         }
     }
 
@@ -25,6 +39,7 @@ impl Watcher<'_> {
             Err(GpuError::NoGpu(why)) => return GpuObs::Absent { why },
             Err(GpuError::Failed(why)) => return GpuObs::Failed { why },
         };
+        self.ranks.note_gpu(&snap);
         let pids: Vec<u32> = self.run.seen.iter().map(|p| p.pid).collect();
         let mine: Vec<&crate::gpu::GpuProcess> = snap
             .processes

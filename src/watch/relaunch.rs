@@ -137,6 +137,7 @@ impl Watcher<'_> {
         let env = super::child_env(self.cfg, &r);
         // What the log holds now is the ended launch's: set aside before the new one starts.
         self.log.launched();
+        self.ranks.launched();
         let launched_at = super::unix_now();
         self.run = child::spawn(&argv, &env, &self.fs)?;
         self.relaunches += 1;
