@@ -6,6 +6,7 @@ pub mod export;
 pub mod gpu;
 pub mod hygiene;
 pub mod notify;
+pub mod preempt;
 mod schedule_rules;
 pub mod units;
 mod validate;
@@ -95,6 +96,7 @@ struct RawConfig {
     export: export::ExportConfig,
     #[serde(default)]
     notify: notify::NotifyConfig,
+    preempt: Option<preempt::PreemptConfig>,
 }
 
 /// A loaded, validated roger.toml with paths resolved against its directory.
@@ -122,6 +124,8 @@ pub struct Config {
     pub bench: BenchConfig,
     pub export: export::ExportConfig,
     pub notify: notify::NotifyConfig,
+    /// `[preempt]`: the notice hand-off; None when the section is not written.
+    pub preempt: Option<preempt::PreemptConfig>,
 }
 
 impl Config {
@@ -196,6 +200,7 @@ impl Config {
             bench: raw.bench,
             export: raw.export.resolve(&base),
             notify: raw.notify,
+            preempt: raw.preempt,
         })
     }
 
