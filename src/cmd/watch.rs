@@ -33,6 +33,12 @@ pub struct WatchArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// One watch per node of a multi-node job (`srun --ntasks-per-node=1 roger watch
+    /// --node-local -- ...`): the one-watch lock and the ROGER_SAVE_NOW file are per node
+    /// (SLURM_NODEID), other nodes' launches are never adopted, and only node 0 requeues.
+    #[arg(long)]
+    pub node_local: bool,
+
     /// The training command (after `--`); `{ckpt}`, `{step}`, `{diverged_at}` are filled in
     /// on relaunch. Default: `[watch] command`.
     #[arg(last = true, value_name = "CMD")]
@@ -53,6 +59,7 @@ pub fn run(global: &Global, args: WatchArgs) -> Result<u8> {
     let opts = Options {
         mode,
         dry_run: args.dry_run,
+        node_local: args.node_local,
     };
     if args.json {
         watch::watch(&cfg, &opts, &mut JsonReport::default())
