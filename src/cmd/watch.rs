@@ -18,7 +18,8 @@ missing: roger never reports a run it cannot see as healthy).
 
 Every kill, relaunch and breaker is written to the ledger first. Exit: 0 the run finished
 (exit 0); 1 not done (roger stopped by a signal, or an error); 75 a breaker opened or the
-relaunch budget is spent: do not restart.")]
+relaunch budget is spent: do not restart; 76 ([preempt] requeue_exit_code) a preemption notice
+was handed off (save, stop, requeue): requeue me.")]
 pub struct WatchArgs {
     /// Watch a process started elsewhere (e.g. under nohup) instead of starting one;
     /// relaunches use `[watch] command`.

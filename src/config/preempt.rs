@@ -159,6 +159,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_commented_example_is_the_defaults() {
+        let text = include_str!("../../roger.example.toml");
+        let block: String = text
+            .lines()
+            .skip_while(|l| l.trim() != "# [preempt]")
+            .skip(1)
+            .take_while(|l| l.starts_with("# "))
+            .map(|l| format!("{}\n", &l[2..]))
+            .collect();
+        assert!(block.contains("requeue_exit_code"), "{block}");
+        let c: PreemptConfig = toml::from_str(&block).unwrap();
+        assert_eq!(
+            serde_json::to_value(&c).unwrap(),
+            serde_json::to_value(PreemptConfig::default()).unwrap()
+        );
+    }
+
+    #[test]
     fn defaults_pass_and_bad_values_are_named() {
         assert!(PreemptConfig::default().check().is_ok());
         let mut c = PreemptConfig {
