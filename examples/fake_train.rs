@@ -28,6 +28,7 @@
 //!            --save-on-usr1                 SIGUSR1 asks for a save now (as does the file
 //!                                           named in ROGER_SAVE_NOW appearing, always)
 //!            --hang-on-save-now             asked to save now: hang instead (a stuck save)
+//!            --no-publish                   never publish (a rank other than 0)
 //! ```
 
 use std::io::Write;
@@ -78,6 +79,7 @@ struct Opts {
     save_ms: u64,
     save_on_usr1: bool,
     hang_on_save_now: bool,
+    no_publish: bool,
 }
 
 fn parse() -> Opts {
@@ -135,6 +137,7 @@ fn parse() -> Opts {
             "--save-ms" => o.save_ms = num(val()),
             "--save-on-usr1" => o.save_on_usr1 = true,
             "--hang-on-save-now" => o.hang_on_save_now = true,
+            "--no-publish" => o.no_publish = true,
             other => die(&format!("unknown flag {other}")),
         }
     }
@@ -194,6 +197,9 @@ fn quiet_sleep(o: &Opts, ms: u64) {
 }
 
 fn publish(o: &Opts, step: u64) {
+    if o.no_publish {
+        return;
+    }
     let staging = o
         .staging
         .clone()

@@ -23,7 +23,10 @@ pub struct PreemptConfig {
     /// How often the end time is read again (`scontrol update` may move it).
     pub end_time_poll: Dur,
     /// SIGTERM from whatever launched roger (Kubernetes, systemd, a cloud agent) is a notice.
-    pub sigterm: bool,
+    /// Unset: yes outside a SLURM job; inside one, no — there SIGTERM is `scancel` or the hard
+    /// time limit (the notice is the signal or the end time), and a cancelled job must not be
+    /// requeued, so SIGTERM stops the run as without `[preempt]`.
+    pub sigterm: Option<bool>,
     /// Seconds a SIGTERM leaves (Kubernetes' terminationGracePeriodSeconds defaults to 30).
     pub sigterm_window: Dur,
     /// Cloud metadata services to poll: any of "aws", "gce", "azure".
@@ -78,7 +81,7 @@ impl Default for PreemptConfig {
             slurm_window: Dur::secs(120),
             slurm_end_time: true,
             end_time_poll: Dur::secs(60),
-            sigterm: true,
+            sigterm: None,
             sigterm_window: Dur::secs(30),
             cloud: Vec::new(),
             cloud_poll: Dur::secs(5),
@@ -111,6 +114,11 @@ pub fn signal_number(name: &str) -> Option<i32> {
 }
 
 impl PreemptConfig {
+    /// Is SIGTERM a notice here (`in_slurm`: inside a SLURM job)?
+    pub fn sigterm_is_notice(&self, in_slurm: bool) -> bool {
+        self.sigterm.unwrap_or(!in_slurm)
+    }
+
     /// Checks serde cannot make; errors name the section and key.
     pub fn check(&self) -> Result<(), String> {
         let c = self.requeue_exit_code;

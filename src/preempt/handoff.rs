@@ -96,7 +96,7 @@ pub fn expected_window(cfg: &PreemptConfig, in_slurm: bool) -> Option<(f64, &'st
             "the SLURM notice (slurm_window)",
         ));
     }
-    if cfg.sigterm {
+    if cfg.sigterm_is_notice(in_slurm) {
         w.push((cfg.sigterm_window.as_secs_f64(), "SIGTERM (sigterm_window)"));
     }
     for c in &cfg.cloud {
@@ -199,9 +199,10 @@ mod tests {
     #[test]
     fn the_expected_window_is_the_shortest_enabled_one() {
         let mut cfg = PreemptConfig::default();
-        assert_eq!(expected_window(&cfg, true).unwrap().0, 30.0);
-        cfg.sigterm = false;
+        // Outside SLURM SIGTERM (30 s) is a notice; inside a job it is scancel, not one.
+        assert_eq!(expected_window(&cfg, false).unwrap().0, 30.0);
         assert_eq!(expected_window(&cfg, true).unwrap().0, 120.0);
+        cfg.sigterm = Some(false);
         cfg.slurm_signal.clear();
         assert!(expected_window(&cfg, false).is_none());
         cfg.cloud = vec![crate::config::preempt::Cloud::Aws];

@@ -112,7 +112,7 @@ impl Watcher<'_> {
         let now = unix_now();
         let (source, window) = if Some(s) == a.slurm_signal() {
             (Source::SlurmSignal, a.cfg.slurm_window)
-        } else if s == Signal::SIGTERM && a.cfg.sigterm {
+        } else if s == Signal::SIGTERM && a.cfg.sigterm_is_notice(a.job.is_some()) {
             (Source::Sigterm, a.cfg.sigterm_window)
         } else {
             return None;

@@ -32,10 +32,18 @@ fn setup(env: &Env, preempt: &str) {
 
 /// `roger watch -- fake_train ...` with `cues`.
 fn watch_cmd(env: &Env, cues: &[&str]) -> (Command, Vec<String>) {
+    watch_cmd_as(env, cues, &[], "watch")
+}
+
+/// The same with `flags` before `--`, its output in `<tag>.out` / `<tag>.err`.
+fn watch_cmd_as(env: &Env, cues: &[&str], flags: &[&str], tag: &str) -> (Command, Vec<String>) {
     let mut args: Vec<String> = vec![
         "--config".into(),
         env.path("roger.toml").display().to_string(),
         "watch".into(),
+    ];
+    args.extend(flags.iter().map(|s| s.to_string()));
+    args.extend([
         "--".into(),
         fake_train().display().to_string(),
         "--log".into(),
@@ -50,13 +58,13 @@ fn watch_cmd(env: &Env, cues: &[&str]) -> (Command, Vec<String>) {
         "100000".into(),
         "--step-ms".into(),
         "30".into(),
-    ];
+    ]);
     args.extend(cues.iter().map(|s| s.to_string()));
     let mut c = roger(env, &args);
     c.env_remove("SLURM_JOB_ID")
         .env_remove("SLURM_NODEID")
-        .stdout(std::fs::File::create(env.path("watch.out")).unwrap())
-        .stderr(std::fs::File::create(env.path("watch.err")).unwrap());
+        .stdout(std::fs::File::create(env.path(&format!("{tag}.out"))).unwrap())
+        .stderr(std::fs::File::create(env.path(&format!("{tag}.err"))).unwrap());
     (c, args)
 }
 
@@ -334,6 +342,76 @@ fn preempt_config_errors_name_the_key_and_node_local_needs_slurm() {
         .stderr_has("--node-local needs SLURM_NODEID");
 }
 
+#[test]
+fn node_local_watches_share_rank_0s_publish_and_only_node_0_requeues() {
+    let env = Env::new();
+    setup(
+        &env,
+        "slurm_signal = \"USR1\"\nslurm_window = \"20s\"\nslurm_end_time = false\nmargin = \"3s\"",
+    );
+    // Two nodes of one job on this machine: one watch per node, same config and ledger.
+    let mut kids = Vec::new();
+    for node in ["0", "1"] {
+        let mut cues = vec!["--save-every", "10"];
+        if node == "1" {
+            cues.push("--no-publish");
+        }
+        let (mut c, _) = watch_cmd_as(&env, &cues, &["--node-local"], &format!("node{node}"));
+        c.env("SLURM_NODEID", node).env("SLURM_JOB_ID", "999999");
+        kids.push(c.spawn().unwrap());
+    }
+    poll_until("both nodes' trainers", Duration::from_secs(30), || {
+        pids(&env).len() == 2 && latest_step(&env).is_some()
+    });
+    for k in &kids {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(k.id() as i32),
+            nix::sys::signal::Signal::SIGUSR1,
+        )
+        .unwrap();
+    }
+    for (i, k) in kids.iter_mut().enumerate() {
+        let st = wait_child(k, Duration::from_secs(60));
+        assert_eq!(st.code(), Some(76), "{}", env.read(&format!("node{i}.err")));
+    }
+    let recs = records(&env);
+    let notices = event(&recs, "preempt_notice");
+    assert_eq!(notices.len(), 2);
+    let nodes: Vec<_> = notices.iter().map(|r| r.u64_field("node")).collect();
+    assert!(
+        nodes.contains(&Some(0)) && nodes.contains(&Some(1)),
+        "{nodes:?}"
+    );
+    let asked = event(&recs, "preempt_save_asked");
+    let files: Vec<String> = asked
+        .iter()
+        .map(|r| r.get("asked").unwrap().to_string())
+        .collect();
+    assert!(
+        files.iter().any(|f| f.contains(".node0")) && files.iter().any(|f| f.contains(".node1")),
+        "{files:?}"
+    );
+    // One publish (rank 0's) answers both nodes' notices.
+    let saved = event(&recs, "preempt_saved");
+    assert_eq!(saved.len(), 2, "{recs:?}");
+    assert_eq!(
+        saved[0].u64_field("ckpt_seq"),
+        saved[1].u64_field("ckpt_seq")
+    );
+    let rq = event(&recs, "preempt_requeue");
+    let texts: Vec<&str> = rq.iter().map(|r| r.str_field("text").unwrap()).collect();
+    assert_eq!(
+        texts
+            .iter()
+            .filter(|t| t.contains("node 0 requeues"))
+            .count(),
+        1,
+        "{texts:?}"
+    );
+    assert_no_process_left(&env);
+    assert_verified(&env);
+}
+
 /// A SLURM job submitted by the test; cancelled if the test ends early.
 struct Job(String);
 
@@ -356,7 +434,7 @@ fn job_field(show: &str, key: &str) -> Option<String> {
         .find_map(|w| w.strip_prefix(&format!("{key}=")).map(str::to_string))
 }
 
-fn submit(env: &Env) -> Job {
+fn submit(env: &Env, signal: bool) -> Job {
     let roger = util::roger_bin();
     let fake = fake_train();
     let d = env.dir.path().display();
@@ -383,15 +461,18 @@ exit $rc
         fake = fake.display()
     );
     env.write("job.sh", script);
-    let out = Command::new("sbatch")
-        .args([
-            "--parsable",
-            "--time=2",
-            "--requeue",
-            "--signal=B:USR1@60",
-            "--open-mode=append",
-            "--job-name=roger-test",
-        ])
+    let mut sbatch = Command::new("sbatch");
+    sbatch.args([
+        "--parsable",
+        "--time=2",
+        "--requeue",
+        "--open-mode=append",
+        "--job-name=roger-test",
+    ]);
+    if signal {
+        sbatch.arg("--signal=B:USR1@60");
+    }
+    let out = sbatch
         .arg(format!("--output={d}/slurm-%j.out"))
         .arg(env.path("job.sh"))
         .current_dir(env.dir.path())
@@ -411,9 +492,9 @@ exit $rc
     Job(id)
 }
 
-/// One job's requeue cycle: returns (seconds from job start to the USR1, seconds from the
-/// notice record to the requeue record).
-fn requeue_cycle(env: &Env, job: &Job) -> (f64, f64) {
+/// One job's requeue cycle, the notice from `source`: returns (seconds from job start to the
+/// notice, seconds from the notice record to the requeue record).
+fn requeue_cycle(env: &Env, job: &Job, source: &str) -> (f64, f64) {
     poll_until("the hand-off's requeue", Duration::from_secs(150), || {
         !event(&records(env), "preempt_requeue").is_empty()
     });
@@ -436,11 +517,7 @@ fn requeue_cycle(env: &Env, job: &Job) -> (f64, f64) {
     let runs = env.read("runs.txt");
     let recs = records(env);
     let notice = one(&recs, "preempt_notice");
-    assert_eq!(
-        notice.str_field("notice_source"),
-        Some("slurm-signal"),
-        "{runs}"
-    );
+    assert_eq!(notice.str_field("notice_source"), Some(source), "{runs}");
     let saved = one(&recs, "preempt_saved");
     let step = saved.u64_field("ckpt_step").unwrap();
     let kill = recs
@@ -485,9 +562,9 @@ fn requeue_cycle(env: &Env, job: &Job) -> (f64, f64) {
             .ok()
     };
     let start = t("start restart=0", "at ").unwrap();
-    let usr1 = t("USR1 at", "at ").unwrap();
+    let noticed = notice.ts.timestamp_millis() as f64 / 1000.0;
     let ms = (rq.ts - notice.ts).num_milliseconds() as f64 / 1000.0;
-    (usr1 - start, ms)
+    (noticed - start, ms)
 }
 
 #[test]
@@ -510,29 +587,41 @@ fn slurm_signal_save_requeue_and_resume_on_a_real_scheduler() {
         String::from_utf8_lossy(&out.stderr)
     );
     fake_train();
-    // Two jobs at once: two draws of when SLURM sends the signal (it may come up to 60 s
-    // early) for the wall time of one.
-    let envs = [Env::new(), Env::new()];
+    // Three jobs at once, for the wall time of one: two with `--signal=B:USR1@60` (two draws of
+    // when SLURM sends it: up to 60 s early), one without a signal, where roger acts on the
+    // job's end time read from squeue.
+    let envs = [Env::new(), Env::new(), Env::new()];
+    let sources = ["slurm-signal", "slurm-signal", "slurm-end-time"];
     for (i, e) in envs.iter().enumerate() {
+        let notice = if sources[i] == "slurm-signal" {
+            "slurm_signal = \"USR1\"\nslurm_window = \"60s\"\nslurm_end_time = false"
+        } else {
+            "slurm_signal = \"\"\nslurm_window = \"100s\"\nslurm_end_time = true\nend_time_poll = \"5s\""
+        };
         e.write(
             "roger.toml",
             format!(
-                "[run]\nname = \"slurm{i}\"\nlog = \"train.jsonl\"\ncheckpoint_dir = \"ckpt\"\n[gpu]\nsource = \"none\"\n[watch]\ninterval = \"200ms\"\nhysteresis = 2\ngrace = \"3s\"\nstale = \"30s\"\nmax_relaunches = 3\n[preempt]\nslurm_signal = \"USR1\"\nslurm_window = \"60s\"\nmargin = \"10s\"\nrequeue = \"scontrol\"\n"
+                "[run]\nname = \"slurm{i}\"\nlog = \"train.jsonl\"\ncheckpoint_dir = \"ckpt\"\n[gpu]\nsource = \"none\"\n[watch]\ninterval = \"200ms\"\nhysteresis = 2\ngrace = \"3s\"\nstale = \"30s\"\nmax_relaunches = 3\n[preempt]\n{notice}\nmargin = \"10s\"\nrequeue = \"scontrol\"\n"
             ),
         );
     }
-    let jobs: Vec<Job> = envs.iter().map(submit).collect();
+    let jobs: Vec<Job> = envs
+        .iter()
+        .zip(sources)
+        .map(|(e, s)| submit(e, s == "slurm-signal"))
+        .collect();
     let measured: Vec<(f64, f64)> = std::thread::scope(|s| {
         let hs: Vec<_> = envs
             .iter()
             .zip(&jobs)
-            .map(|(e, j)| s.spawn(move || requeue_cycle(e, j)))
+            .zip(sources)
+            .map(|((e, j), src)| s.spawn(move || requeue_cycle(e, j, src)))
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    for (usr1, requeue) in &measured {
+    for ((noticed, requeue), src) in measured.iter().zip(sources) {
         eprintln!(
-            "slurm: USR1 came {usr1:.1} s after the job started (requested: 60 s before a 120 s limit); notice to requeue {requeue:.3} s"
+            "slurm: {src} notice {noticed:.1} s after the job started (limit 120 s); notice to requeue {requeue:.3} s"
         );
     }
     drop(jobs);
