@@ -412,6 +412,66 @@ fn node_local_watches_share_rank_0s_publish_and_only_node_0_requeues() {
     assert_verified(&env);
 }
 
+#[test]
+fn a_publish_that_does_not_fit_is_warned_as_it_lands_and_sigterm_in_a_slurm_job_is_a_stop() {
+    let sig = |child: &std::process::Child, s| {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), s).unwrap()
+    };
+    let misfit = std::thread::spawn(move || {
+        let env = Env::new();
+        setup(
+            &env,
+            "slurm_signal = \"\"\nsigterm_window = \"2s\"\nmargin = \"1s\"",
+        );
+        // Each save takes 1.5 s (told to publish): more than the 2 s window minus 1 s margin.
+        let (mut c, args) = watch_cmd(&env, &["--save-every", "5", "--save-ms", "1500"]);
+        let mut child = c.spawn().unwrap();
+        poll_until(
+            "a fit record after a publish",
+            Duration::from_secs(40),
+            || !event(&records(&env), "preempt_fit").is_empty(),
+        );
+        sig(&child, nix::sys::signal::Signal::SIGINT);
+        let st = wait_child(&mut child, Duration::from_secs(30));
+        assert_eq!(st.code(), Some(1), "{args:?}");
+        let recs = records(&env);
+        let fit = event(&recs, "preempt_fit")[0];
+        assert_eq!(
+            fit.str_field("at"),
+            Some("publish"),
+            "no publish at launch: no launch record"
+        );
+        assert_eq!(fit.get("fits"), Some(&serde_json::json!(false)));
+        assert_eq!(fit.u64_field("with_save_time"), Some(1));
+        let err = env.read("watch.err");
+        assert!(
+            err.contains("roger: warning: preempt: checkpoint takes 1."),
+            "{err}"
+        );
+        // SIGINT is a person: a stop, never a notice.
+        assert!(event(&recs, "preempt_notice").is_empty());
+    });
+    let env = Env::new();
+    setup(&env, "slurm_end_time = false");
+    let (mut c, args) = watch_cmd(&env, &["--save-every", "5"]);
+    c.env("SLURM_JOB_ID", "999999");
+    let mut child = c.spawn().unwrap();
+    poll_until("a first publish", Duration::from_secs(30), || {
+        latest_step(&env).is_some()
+    });
+    sig(&child, nix::sys::signal::Signal::SIGTERM);
+    let st = wait_child(&mut child, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(1), "{args:?}\n{}", env.read("watch.err"));
+    let recs = records(&env);
+    assert!(
+        event(&recs, "preempt_notice").is_empty(),
+        "scancel must not requeue"
+    );
+    assert_eq!(one(&recs, "signal").str_field("signal"), Some("SIGTERM"));
+    assert_no_process_left(&env);
+    misfit.join().unwrap();
+}
+
 /// A SLURM job submitted by the test; cancelled if the test ends early.
 struct Job(String);
 
