@@ -209,7 +209,11 @@ impl Watcher<'_> {
             notice.seq
         );
         self.ask_save(&a, &n, notice.seq)?;
-        let saved = self.await_save(&n, notice.seq, margin)?;
+        let saved = match self.await_save(&n, notice.seq, margin)? {
+            Ok(saved) => saved,
+            // Stopped by a person (SIGINT) while waiting: already recorded and done.
+            Err(code) => return Ok(code),
+        };
         self.stop_tree(&n, saved.is_some())?;
         let (code, how) = self.requeue(&a)?;
         let what = match &saved {
@@ -279,12 +283,13 @@ impl Watcher<'_> {
     }
 
     /// Wait for a verified publish filed after the notice, up to the deadline minus the margin.
+    /// Err(code): a person's SIGINT stopped everything meanwhile (recorded by `forward`).
     fn await_save(
         &mut self,
         n: &Notice,
         notice_seq: u64,
         margin: f64,
-    ) -> Result<Option<handoff::Published>> {
+    ) -> Result<Result<Option<handoff::Published>, u8>> {
         let mut seen_len = 0u64;
         let mut newest: Option<handoff::Published> = None;
         let mut previous: Option<handoff::Published> = None;
@@ -336,7 +341,7 @@ impl Watcher<'_> {
                             ("before_deadline_s", ms(n.deadline - now).into()),
                         ],
                     )?;
-                    return Ok(Some(p));
+                    return Ok(Ok(Some(p)));
                 }
                 handoff::Wait::Missed { why } => {
                     eprintln!("roger: warning: preempt: save missed the deadline: {why}");
@@ -354,7 +359,7 @@ impl Watcher<'_> {
                             ),
                         ],
                     )?;
-                    return Ok(None);
+                    return Ok(Ok(None));
                 }
                 handoff::Wait::Waiting { left_s } => {
                     let nap = Duration::from_secs_f64(left_s.clamp(0.01, 0.25));
@@ -362,7 +367,7 @@ impl Watcher<'_> {
                         match s {
                             // A person's Ctrl-C still stops everything, as without [preempt].
                             Signal::SIGINT => {
-                                return self.forward(s).map(|_| None);
+                                return self.forward(s).map(Err);
                             }
                             Signal::SIGCHLD => {}
                             other => eprintln!(

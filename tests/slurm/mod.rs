@@ -277,6 +277,36 @@ fn a_hung_save_stops_at_the_deadline_and_keeps_the_previous_checkpoint() {
 }
 
 #[test]
+fn ctrl_c_during_the_wait_stops_everything_without_a_requeue() {
+    let env = Env::new();
+    setup(
+        &env,
+        "slurm_signal = \"\"\nsigterm_window = \"60s\"\nrequeue = \"exit\"",
+    );
+    let (mut c, args) = watch_cmd(
+        &env,
+        &["--save-every", "5", "--hang-on-save-now", "--ignore-term"],
+    );
+    let mut child = c.spawn().unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    poll_until("a first publish", Duration::from_secs(30), || {
+        latest_step(&env).is_some()
+    });
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    poll_until("the save request", Duration::from_secs(30), || {
+        !event(&records(&env), "preempt_save_asked").is_empty()
+    });
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let st = wait_child(&mut child, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(1), "{args:?}\n{}", env.read("watch.err"));
+    let recs = records(&env);
+    assert_eq!(one(&recs, "done").u64_field("code"), Some(1));
+    assert!(event(&recs, "preempt_requeue").is_empty());
+    assert_no_process_left(&env);
+    assert_verified(&env);
+}
+
+#[test]
 fn gce_and_azure_notices_start_the_same_hand_off() {
     let run = |cloud: &'static str| {
         std::thread::spawn(move || {
