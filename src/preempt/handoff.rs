@@ -10,6 +10,7 @@ pub struct Published {
     pub seq: u64,
     pub step: Option<u64>,
     pub path: String,
+    pub sha256: String,
 }
 
 /// Where the wait for the save stands.
@@ -128,6 +129,7 @@ mod tests {
             seq,
             step: Some(7),
             path: "c".into(),
+            sha256: "ab".into(),
         }
     }
 

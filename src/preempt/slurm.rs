@@ -32,9 +32,23 @@ fn local_to_unix(t: chrono::NaiveDateTime) -> Option<f64> {
         .map(|d| d.timestamp() as f64)
 }
 
-/// Run a command, return its stdout, within the timeout.
-fn call(argv: &[&str]) -> Result<String, String> {
-    let mut child = Command::new(argv[0])
+/// Run a command, return its stdout, within the timeout. `shielded`: the command ignores
+/// SIGTERM — `scontrol requeue` run from inside the job makes SLURM signal every process of
+/// the job, scontrol included, often before it has read slurmctld's answer.
+fn call_with(argv: &[&str], shielded: bool) -> Result<String, String> {
+    let mut cmd = Command::new(argv[0]);
+    if shielded {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: signal(2) is async-signal-safe; nothing else runs between fork and exec.
+        // An ignored signal stays ignored across exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd
         .args(&argv[1..])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -68,6 +82,10 @@ fn call(argv: &[&str]) -> Result<String, String> {
     }
 }
 
+fn call(argv: &[&str]) -> Result<String, String> {
+    call_with(argv, false)
+}
+
 /// The job's end time in unix seconds; Ok(None) when it has none.
 pub fn end_time(job: &str) -> Result<Option<f64>, String> {
     let end = match call(&["squeue", "-h", "-j", job, "-o", "%e"]) {
@@ -85,7 +103,7 @@ pub fn end_time(job: &str) -> Result<Option<f64>, String> {
 
 /// `scontrol requeue JOB`.
 pub fn requeue(job: &str) -> Result<(), String> {
-    call(&["scontrol", "requeue", job]).map(|_| ())
+    call_with(&["scontrol", "requeue", job], true).map(|_| ())
 }
 
 /// Whether `name` is an executable on PATH (inside a pyxis/enroot container scontrol is not).

@@ -313,6 +313,7 @@ impl Watcher<'_> {
                         seq: c.seq,
                         step: c.step,
                         path: c.path.display().to_string(),
+                        sha256: c.sha256.clone(),
                     });
                     if previous.is_none() {
                         previous = newest.clone().filter(|p| p.seq < notice_seq);
@@ -323,6 +324,16 @@ impl Watcher<'_> {
             let now = unix_now();
             match handoff::wait(n, notice_seq, margin, now, newest.as_ref(), alive) {
                 handoff::Wait::Saved(p) => {
+                    // The publish files its ledger record before it replaces latest.json:
+                    // let it finish (a stop now would leave the manifest one behind until the
+                    // next start's recovery), within the wait's bound and at most 10 s more.
+                    let until = (n.deadline - margin).min(now + 10.0);
+                    let mut manifest = manifest_names(&p);
+                    while !manifest && unix_now() < until {
+                        self.sig.wait(Duration::from_millis(50));
+                        manifest = manifest_names(&p);
+                    }
+                    let now = unix_now();
                     let took = now - n.received_at;
                     eprintln!(
                         "roger: preempt: verified publish of step {} {took:.1} s after the notice ({:.1} s before the deadline)",
@@ -338,6 +349,7 @@ impl Watcher<'_> {
                             ("ckpt_seq", p.seq.into()),
                             ("ckpt_step", json!(p.step)),
                             ("after_notice_s", ms(took).into()),
+                            ("manifest_updated", manifest.into()),
                             ("before_deadline_s", ms(n.deadline - now).into()),
                         ],
                     )?;
@@ -470,6 +482,17 @@ impl Watcher<'_> {
     pub(super) fn hand_off_flow(&mut self, n: Notice) -> Result<Flow> {
         self.hand_off(n).map(Flow::Exit)
     }
+}
+
+/// Does the `latest.json` beside the checkpoint name it (by sha256)?
+fn manifest_names(p: &handoff::Published) -> bool {
+    let Some(dir) = Path::new(&p.path).parent() else {
+        return false;
+    };
+    std::fs::read_to_string(dir.join("latest.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|v| v["sha256"].as_str() == Some(p.sha256.as_str()))
 }
 
 /// Records appended since `offset` (whole lines only); advances it.

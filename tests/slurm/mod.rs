@@ -122,6 +122,10 @@ fn aws_instance_action_in_20s_hand_off_completes_inside_the_window() {
     let saved = one(&recs, "preempt_saved");
     assert!(saved.seq > notice.seq);
     assert!(saved.get("before_deadline_s").unwrap().as_f64().unwrap() > 0.0);
+    assert_eq!(
+        saved.get("manifest_updated"),
+        Some(&serde_json::json!(true))
+    );
     // The save is this notice's: published after it, and it is what latest.json names.
     let ckpt_seq = saved.u64_field("ckpt_seq").unwrap();
     assert!(ckpt_seq > notice.seq);
@@ -186,12 +190,18 @@ fn a_save_slower_than_the_window_is_warned_at_launch_and_misses_the_deadline() {
     assert_eq!(fit.str_field("at"), Some("launch"));
     assert_eq!(fit.get("fits"), Some(&serde_json::json!(false)));
     let text = fit.str_field("text").unwrap();
+    // 150 s of save (as told) plus however long the publish itself took.
+    let p95 = fit.get("p95_s").unwrap().as_f64().unwrap();
+    assert!((150.0..160.0).contains(&p95), "{p95}");
     assert!(
-        text.starts_with("checkpoint takes 150.") && text.contains("the notice is 120 s"),
+        text.starts_with(&format!("checkpoint takes {p95:.1} s"))
+            && text.contains("the notice is 120 s"),
         "{text}"
     );
     assert!(
-        err.contains("roger: warning: preempt: checkpoint takes 150."),
+        err.contains(&format!(
+            "roger: warning: preempt: checkpoint takes {p95:.1} s"
+        )),
         "{err}"
     );
     let notice = one(&recs, "preempt_notice");
@@ -599,10 +609,23 @@ fn requeue_cycle(env: &Env, job: &Job, source: &str) -> (f64, f64) {
         .status()
         .unwrap();
     assert!(st.success());
+    // While the old run is still completing, SLURM may set the BeginTime again: repeat.
+    let mut last = Instant::now();
     poll_until(
         "the requeued run to finish",
         Duration::from_secs(90),
-        || env.read("runs.txt").contains("end restart=1"),
+        || {
+            if last.elapsed() > Duration::from_secs(2) {
+                last = Instant::now();
+                let show = scontrol_show(&job.0);
+                if job_field(&show, "JobState").as_deref() == Some("PENDING") {
+                    let _ = Command::new("scontrol")
+                        .args(["update", &format!("JobId={}", job.0), "StartTime=now"])
+                        .status();
+                }
+            }
+            env.read("runs.txt").contains("end restart=1")
+        },
     );
     let runs = env.read("runs.txt");
     let recs = records(env);
