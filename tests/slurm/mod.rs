@@ -599,30 +599,32 @@ fn requeue_cycle(env: &Env, job: &Job, source: &str) -> (f64, f64) {
         !event(&records(env), "preempt_requeue").is_empty()
     });
     // A requeued job waits for a BeginTime (~2 min here); the test, as the cluster's admin,
-    // lets it start now instead of waiting.
-    poll_until("the job pending again", Duration::from_secs(60), || {
-        let show = scontrol_show(&job.0);
-        job_field(&show, "JobState").as_deref() == Some("PENDING")
-    });
-    let st = Command::new("scontrol")
-        .args(["update", &format!("JobId={}", job.0), "StartTime=now"])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    // While the old run is still completing, SLURM may set the BeginTime again: repeat.
-    let mut last = Instant::now();
+    // lets it start sooner — but only once the old run has finished completing (squeue shows
+    // PD, not CG, and its batch shell is gone): released earlier, slurmd refuses the new
+    // start ("job credential revoked") and the job fails.
+    let squeue_state = || {
+        Command::new("squeue")
+            .args(["-h", "-j", &job.0, "-o", "%t"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    poll_until(
+        "the old run completed and the job pending",
+        Duration::from_secs(90),
+        || env.read("runs.txt").contains("end restart=0") && squeue_state() == "PD",
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let mut last: Option<Instant> = None;
     poll_until(
         "the requeued run to finish",
-        Duration::from_secs(90),
+        Duration::from_secs(120),
         || {
-            if last.elapsed() > Duration::from_secs(2) {
-                last = Instant::now();
-                let show = scontrol_show(&job.0);
-                if job_field(&show, "JobState").as_deref() == Some("PENDING") {
-                    let _ = Command::new("scontrol")
-                        .args(["update", &format!("JobId={}", job.0), "StartTime=now"])
-                        .status();
-                }
+            if last.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) && squeue_state() == "PD" {
+                last = Some(Instant::now());
+                let _ = Command::new("scontrol")
+                    .args(["update", &format!("JobId={}", job.0), "StartTime=now"])
+                    .status();
             }
             env.read("runs.txt").contains("end restart=1")
         },
