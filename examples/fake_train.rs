@@ -24,6 +24,11 @@
 //!            --pid-file FILE                append our pid
 //!            --start-ms MS                  sleep before the first step (loading a model)
 //!            --term-file FILE               on SIGTERM write the time (unix ms) here, exit 143
+//!            --save-ms MS                   each save takes MS (told to publish as ROGER_SAVE_S)
+//!            --save-on-usr1                 SIGUSR1 asks for a save now (as does the file
+//!                                           named in ROGER_SAVE_NOW appearing, always)
+//!            --hang-on-save-now             asked to save now: hang instead (a stuck save)
+//!            --no-publish                   never publish (a rank other than 0)
 //! ```
 
 use std::io::Write;
@@ -33,9 +38,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 static TERM: AtomicBool = AtomicBool::new(false);
+static SAVE_NOW: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_term(_: libc::c_int) {
     TERM.store(true, Ordering::Relaxed);
+}
+
+/// Only a flag: the save itself happens in the loop, never in the handler.
+extern "C" fn on_usr1(_: libc::c_int) {
+    SAVE_NOW.store(true, Ordering::Relaxed);
 }
 
 #[derive(Default)]
@@ -65,6 +76,10 @@ struct Opts {
     ignore_term: bool,
     pid_file: Option<PathBuf>,
     term_file: Option<PathBuf>,
+    save_ms: u64,
+    save_on_usr1: bool,
+    hang_on_save_now: bool,
+    no_publish: bool,
 }
 
 fn parse() -> Opts {
@@ -119,6 +134,10 @@ fn parse() -> Opts {
             "--ignore-term" => o.ignore_term = true,
             "--pid-file" => o.pid_file = Some(val().into()),
             "--term-file" => o.term_file = Some(val().into()),
+            "--save-ms" => o.save_ms = num(val()),
+            "--save-on-usr1" => o.save_on_usr1 = true,
+            "--hang-on-save-now" => o.hang_on_save_now = true,
+            "--no-publish" => o.no_publish = true,
             other => die(&format!("unknown flag {other}")),
         }
     }
@@ -178,6 +197,9 @@ fn quiet_sleep(o: &Opts, ms: u64) {
 }
 
 fn publish(o: &Opts, step: u64) {
+    if o.no_publish {
+        return;
+    }
     let staging = o
         .staging
         .clone()
@@ -189,8 +211,14 @@ fn publish(o: &Opts, step: u64) {
         format!("{{\"step\": {step}, \"weights\": [0.1, 0.2]}}\n"),
     )
     .unwrap_or_else(|e| die(&format!("writing {}: {e}", src.display())));
+    if o.save_ms > 0 {
+        quiet_sleep(o, o.save_ms);
+    }
     let bin = std::env::var("ROGER_BIN").unwrap_or_else(|_| "roger".into());
     let mut cmd = Command::new(&bin);
+    if o.save_ms > 0 {
+        cmd.env("ROGER_SAVE_S", format!("{:.3}", o.save_ms as f64 / 1000.0));
+    }
     if let Some(c) = &o.config {
         cmd.args(["--config", c]);
     }
@@ -218,7 +246,11 @@ fn main() {
         } else {
             libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
         }
+        if o.save_on_usr1 {
+            libc::signal(libc::SIGUSR1, on_usr1 as *const () as libc::sighandler_t);
+        }
     }
+    let save_now_file = std::env::var_os("ROGER_SAVE_NOW").map(PathBuf::from);
     if let Some(f) = &o.pid_file {
         let mut f = std::fs::OpenOptions::new()
             .create(true)
@@ -311,7 +343,19 @@ fn main() {
         log.write_all(line.as_bytes())
             .and_then(|_| log.flush())
             .unwrap_or_else(|e| die(&format!("writing log: {e}")));
-        if o.save_every > 0 && step.is_multiple_of(o.save_every) {
+        // Asked to save now (roger's preemption hand-off): by signal flag or by file.
+        let asked = SAVE_NOW.swap(false, Ordering::Relaxed)
+            || save_now_file.as_ref().is_some_and(|f| f.exists());
+        if asked {
+            eprintln!("fake_train: asked to save now at step {step}");
+            if o.hang_on_save_now {
+                quiet_sleep(&o, 0);
+            }
+            publish(&o, step);
+            if let Some(f) = &save_now_file {
+                let _ = std::fs::remove_file(f);
+            }
+        } else if o.save_every > 0 && step.is_multiple_of(o.save_every) {
             publish(&o, step);
         }
         quiet_sleep(&o, o.step_ms.max(1));

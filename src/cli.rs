@@ -12,6 +12,7 @@ Exit codes:
   acting commands (init, publish, watch, quarantine add/release, ledger):
     0 done   1 not done (cause on stderr)   2 usage error
   watch: 75 = breaker open or relaunch budget spent: do not restart
+         76 = [preempt] hand-off done: requeue me (requeue_exit_code)
 
 Config: ./roger.toml, or --config FILE / ROGER_CONFIG. See roger.example.toml.
 Colour: --color auto|always|never; NO_COLOR and CLICOLOR_FORCE are honoured.

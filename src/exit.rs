@@ -4,8 +4,8 @@
 //! follow the monitoring-plugin convention (Nagios/Icinga/Sensu): 0 ok, 1 warn, 2 fail, 3
 //! unknown; `report` reads them as ok, attention, stopped, cannot judge.
 //! Commands that *act* (publish, watch, quarantine add/release, ledger): 0 done, 1 not done,
-//! 2 usage error. `watch` adds one code of its own so a scheduler wrapper can tell
-//! "gave up on purpose" from "crashed".
+//! 2 usage error. `watch` adds two codes of its own so a scheduler wrapper can tell
+//! "gave up on purpose" (75) and "preempted, requeue me" (76) from "crashed".
 
 use std::process::ExitCode;
 
@@ -28,6 +28,9 @@ pub const NOT_DONE: u8 = 1;
 pub const USAGE: u8 = 2;
 /// `roger watch`: a breaker opened or the relaunch budget is spent — do NOT restart roger.
 pub const DO_NOT_RESTART: u8 = 75;
+/// `roger watch` under `[preempt]`: the hand-off after a notice is done (saved or not, the run
+/// tree stopped) — requeue me. The default of `[preempt] requeue_exit_code`.
+pub const REQUEUE: u8 = crate::config::preempt::DEFAULT_REQUEUE_EXIT_CODE;
 
 /// How a command's failure to even run is reported: judges say "unknown", actors "not done".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,5 +77,10 @@ pub const TABLE: &[(u8, &str, &str)] = &[
         DO_NOT_RESTART,
         "watch",
         "breaker open or relaunch budget spent: do not restart",
+    ),
+    (
+        REQUEUE,
+        "watch",
+        "[preempt] hand-off done after a notice: requeue me ([preempt] requeue_exit_code)",
     ),
 ];

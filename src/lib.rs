@@ -18,6 +18,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod notify;
 pub mod out;
+pub mod preempt;
 pub mod probe;
 pub mod progress;
 pub mod publish;

@@ -26,6 +26,7 @@ mod read_less;
 mod real_configs;
 mod real_logs;
 mod report;
+mod slurm;
 mod status;
 mod tensorboard;
 mod untrusted_ledger;

@@ -18,7 +18,8 @@ missing: roger never reports a run it cannot see as healthy).
 
 Every kill, relaunch and breaker is written to the ledger first. Exit: 0 the run finished
 (exit 0); 1 not done (roger stopped by a signal, or an error); 75 a breaker opened or the
-relaunch budget is spent: do not restart.")]
+relaunch budget is spent: do not restart; 76 ([preempt] requeue_exit_code) a preemption notice
+was handed off (save, stop, requeue): requeue me.")]
 pub struct WatchArgs {
     /// Watch a process started elsewhere (e.g. under nohup) instead of starting one;
     /// relaunches use `[watch] command`.
@@ -32,6 +33,12 @@ pub struct WatchArgs {
     /// One JSON event per line on stdout (start, state, kill, relaunch, breaker, done, ...).
     #[arg(long)]
     pub json: bool,
+
+    /// One watch per node of a multi-node job (`srun --ntasks-per-node=1 roger watch
+    /// --node-local -- ...`): the one-watch lock and the ROGER_SAVE_NOW file are per node
+    /// (SLURM_NODEID), other nodes' launches are never adopted, and only node 0 requeues.
+    #[arg(long)]
+    pub node_local: bool,
 
     /// The training command (after `--`); `{ckpt}`, `{step}`, `{diverged_at}` are filled in
     /// on relaunch. Default: `[watch] command`.
@@ -53,6 +60,7 @@ pub fn run(global: &Global, args: WatchArgs) -> Result<u8> {
     let opts = Options {
         mode,
         dry_run: args.dry_run,
+        node_local: args.node_local,
     };
     if args.json {
         watch::watch(&cfg, &opts, &mut JsonReport::default())

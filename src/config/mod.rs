@@ -6,6 +6,7 @@ pub mod export;
 pub mod gpu;
 pub mod hygiene;
 pub mod notify;
+pub mod preempt;
 pub mod ranks;
 mod schedule_rules;
 pub mod units;
@@ -101,6 +102,7 @@ struct RawConfig {
     notify: notify::NotifyConfig,
     #[serde(default)]
     ranks: ranks::RanksConfig,
+    preempt: Option<preempt::PreemptConfig>,
 }
 
 /// A loaded, validated roger.toml with paths resolved against its directory.
@@ -129,6 +131,8 @@ pub struct Config {
     pub export: export::ExportConfig,
     pub notify: notify::NotifyConfig,
     pub ranks: ranks::RanksConfig,
+    /// `[preempt]`: the notice hand-off; None when the section is not written.
+    pub preempt: Option<preempt::PreemptConfig>,
 }
 
 impl Config {
@@ -214,6 +218,7 @@ impl Config {
             export: raw.export.resolve(&base),
             notify: raw.notify,
             ranks: raw.ranks,
+            preempt: raw.preempt,
         })
     }
 

@@ -102,6 +102,9 @@ pub(super) fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
     raw.notify
         .check()
         .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    if let Some(p) = &raw.preempt {
+        p.check().map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    }
     if let Some(s) = &raw.schedule {
         if !(s.peak_lr.is_finite() && s.peak_lr > 0.0) {
             bail!("{file}: [schedule] expected peak_lr > 0, got {}", s.peak_lr);

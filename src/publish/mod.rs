@@ -326,7 +326,9 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
                 in_place,
                 dirsync.text(),
             ),
-                measured(size, started.elapsed(), req.queue.as_ref(), now),
+                measured(size, started.elapsed(), req.queue.as_ref(), now)
+                    .into_iter()
+                    .chain(record::trainer_save_time()),
             ),
             now,
         )

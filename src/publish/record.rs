@@ -13,6 +13,22 @@ pub fn with_fields(
     fields.into_iter().fold(entry, |e, (k, v)| e.field(k, v))
 }
 
+/// The training's own save time, when it says it: `ROGER_SAVE_S=12.5 roger publish ...` adds
+/// `save_s` to the record, so `[preempt]`'s fit check weighs save plus publish, not publish
+/// alone. Anything but a finite non-negative number is left out (and said once on stderr).
+pub fn trainer_save_time() -> Option<(&'static str, serde_json::Value)> {
+    let v = std::env::var("ROGER_SAVE_S").ok()?;
+    match v.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.0 => Some(("save_s", serde_json::json!(s))),
+        _ => {
+            eprintln!(
+                "roger: warning: ROGER_SAVE_S={v:?} is not a number of seconds: not recorded"
+            );
+            None
+        }
+    }
+}
+
 /// What a `publish` record says about speed (so the report's goodput and the preemption
 /// check read real numbers) and, for a queued publish, its queue id and time in the queue.
 /// Pure.

@@ -13,6 +13,7 @@ mod event;
 pub mod logtail;
 mod observe;
 pub mod policy;
+mod preempt;
 pub mod ranklogs;
 mod ranks;
 mod relaunch;
@@ -50,6 +51,8 @@ pub struct Options {
     pub mode: Mode,
     /// Classify and record, never signal or relaunch.
     pub dry_run: bool,
+    /// `--node-local`: one watch per node of a multi-node job (SLURM_NODEID).
+    pub node_local: bool,
 }
 
 /// Whether the loop goes on.
@@ -109,6 +112,8 @@ pub(crate) struct Watcher<'a> {
     pub notify: Option<crate::notify::daemon::Notifier>,
     /// The ledger's new records after each tick, read once for export and notify.
     pub feed: Option<crate::ledger::follow::Follower>,
+    /// `[preempt]`: the notice hand-off, when armed.
+    pub preempt: Option<preempt::Armed>,
 }
 
 /// Run the watch until the run is done, a breaker opens, or roger is told to stop.
@@ -134,14 +139,22 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         calibrate::prior_gap(&records, &run_name),
     );
     // One watch per run: refused here, before anything is started or recorded.
-    let lock = single::lock(ledger.path(), &run_name)?;
+    let node = preempt::node_id(opts.node_local)?;
+    let lock_name = node.map_or_else(|| run_name.clone(), |n| format!("{run_name}@node{n}"));
+    let lock = single::lock(ledger.path(), &lock_name)?;
     let fs = ProcFs::default();
     let boot_id = crate::sys::host::boot_id();
     let prior = single::last_launch(&records, &run_name);
     let live = prior
         .clone()
-        .filter(|p| single::alive(&fs, p, boot_id.as_deref()));
-    let sig = signals::Signals::install()?;
+        // --node-local: the other nodes' launches are theirs, never adopted.
+        .filter(|p| node.is_none() && single::alive(&fs, p, boot_id.as_deref()));
+    let mut sig = signals::Signals::install()?;
+    let armed = preempt::Armed::new(cfg, opts)?;
+    if let Some(s) = armed.as_ref().and_then(preempt::Armed::slurm_signal) {
+        sig.also(s)?;
+    }
+    let save_now = armed.as_ref().map(|a| a.save_now.clone());
     child::become_subreaper();
     let slurm_restarts = std::env::var("SLURM_RESTART_COUNT")
         .ok()
@@ -182,7 +195,7 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
             first_launched_at = Some(unix_now());
             let run = child::spawn(
                 &resume::fill(argv, &r.placeholders()),
-                &child_env(cfg, &r),
+                &child_env(cfg, &r, save_now.as_deref()),
                 &fs,
             )?;
             (argv.clone(), run)
@@ -236,6 +249,7 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         ),
         export,
         notify,
+        preempt: armed,
         ledger,
     };
     if me.first_launched_at.is_some() {
@@ -246,9 +260,16 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
 }
 
 /// The relaunched (or first) command's environment: resume variables, and ROGER_CONFIG so
-/// the training's `roger publish` writes to this run's ledger.
-pub(crate) fn child_env(cfg: &Config, r: &resume::Resume) -> Vec<(&'static str, Option<String>)> {
+/// the training's `roger publish` writes to this run's ledger; with `[preempt]`, ROGER_SAVE_NOW.
+pub(crate) fn child_env(
+    cfg: &Config,
+    r: &resume::Resume,
+    save_now: Option<&std::path::Path>,
+) -> Vec<(&'static str, Option<String>)> {
     let mut env = r.env();
+    if let Some(p) = save_now {
+        env.push(("ROGER_SAVE_NOW", Some(p.display().to_string())));
+    }
     if std::env::var_os("ROGER_CONFIG").is_none() {
         let abs = std::fs::canonicalize(&cfg.path).unwrap_or_else(|_| cfg.path.clone());
         env.push(("ROGER_CONFIG", Some(abs.display().to_string())));
@@ -351,6 +372,7 @@ impl Watcher<'_> {
         };
         self.report.event(&ev);
         self.note_prior()?;
+        self.preempt_fit(true)?;
         let interval = self.cfg.watch.interval.0;
         let mut next = Instant::now();
         loop {
@@ -358,6 +380,10 @@ impl Watcher<'_> {
                 .sig
                 .wait(next.saturating_duration_since(Instant::now()));
             let mut chld = false;
+            // [preempt]: a notice (SLURM signal, SIGTERM, polled metadata) starts the hand-off.
+            if let Some(n) = self.notice_in(&sigs).or_else(|| self.polled_notice()) {
+                return self.hand_off(n);
+            }
             for s in sigs {
                 match s {
                     Signal::SIGINT | Signal::SIGTERM => return self.forward(s),
@@ -392,6 +418,7 @@ impl Watcher<'_> {
                 });
             }
             self.announce_limit()?;
+            self.preempt_fit(false)?;
             if self.cfg.watch.disk_check {
                 self.check_disk()?;
             }
@@ -454,10 +481,13 @@ impl Watcher<'_> {
     pub fn pause(&mut self, d: Duration) -> Result<Flow> {
         let until = Instant::now() + d;
         while Instant::now() < until {
-            for s in self
+            let sigs = self
                 .sig
-                .wait(until.saturating_duration_since(Instant::now()))
-            {
+                .wait(until.saturating_duration_since(Instant::now()));
+            if let Some(n) = self.notice_in(&sigs).or_else(|| self.polled_notice()) {
+                return self.hand_off_flow(n);
+            }
+            for s in sigs {
                 if matches!(s, Signal::SIGINT | Signal::SIGTERM) {
                     return self.forward(s).map(Flow::Exit);
                 }

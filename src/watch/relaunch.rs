@@ -134,7 +134,8 @@ impl Watcher<'_> {
         if let Flow::Exit(c) = self.pause(dur(backoff_s))? {
             return Ok(Flow::Exit(c));
         }
-        let env = super::child_env(self.cfg, &r);
+        let save_now = self.preempt.as_ref().map(|a| a.save_now.clone());
+        let env = super::child_env(self.cfg, &r, save_now.as_deref());
         // What the log holds now is the ended launch's: set aside before the new one starts.
         self.log.launched();
         self.ranks.launched();

@@ -25,6 +25,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
 pub struct Signals {
     read: OwnedFd,
     _write: OwnedFd,
+    /// Handled on request (`[preempt]`'s SLURM signal), restored on drop too.
+    extra: Vec<Signal>,
 }
 
 const HANDLED: [Signal; 4] = [
@@ -55,7 +57,23 @@ impl Signals {
         Ok(Signals {
             read,
             _write: write,
+            extra: Vec::new(),
         })
+    }
+
+    /// Also turn `sig` into a wake-up byte (e.g. SLURM's USR1 notice, whose default action
+    /// would kill roger).
+    pub fn also(&mut self, sig: Signal) -> Result<()> {
+        let action = SigAction::new(
+            SigHandler::Handler(on_signal),
+            SaFlags::SA_RESTART,
+            SigSet::empty(),
+        );
+        // SAFETY: the handler only calls write(2).
+        unsafe { signal::sigaction(sig, &action) }
+            .with_context(|| format!("installing {sig} handler"))?;
+        self.extra.push(sig);
+        Ok(())
     }
 
     /// Wait up to `timeout` for signals; returns those that arrived (SIGCHLD included).
@@ -102,7 +120,7 @@ impl Drop for Signals {
     /// the signals back their default actions.
     fn drop(&mut self) {
         WRITE_FD.store(-1, Ordering::Relaxed);
-        for sig in HANDLED {
+        for sig in HANDLED.iter().chain(&self.extra).copied() {
             // SAFETY: restoring the default action.
             let _ = unsafe { signal::signal(sig, SigHandler::SigDfl) };
         }
