@@ -41,6 +41,13 @@ macro_rules! need_torch {
 /// A run dir with the training script and a config for it.
 fn setup(extra_watch: &str, extra: &str) -> Env {
     let env = Env::new();
+    // Each job its own rendezvous port: `--standalone` means localhost:29400 for every job, and
+    // jobs run at once (other tests, the healthy runs) then share one store and die with it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let script = std::fs::read(crate::util::repo_root().join("tests/ranks/train_ddp.py")).unwrap();
     env.write("train_ddp.py", script);
     env.write(
@@ -52,7 +59,7 @@ log = "logs/rank{{rank}}.jsonl"
 checkpoint_dir = "published"
 
 [watch]
-command = ["{PY}", "-m", "torch.distributed.run", "--nproc_per_node=4", "--redirects", "2", "--tee", "2", "--standalone", "train_ddp.py"]
+command = ["{PY}", "-m", "torch.distributed.run", "--nproc_per_node=4", "--redirects", "2", "--tee", "2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=roger-test-{port}", "train_ddp.py"]
 interval = "1s"
 grace = "5s"
 evidence_hook = ["py-spy", "dump", "--pid", "{{pid}}"]
