@@ -60,10 +60,18 @@ impl Watcher<'_> {
     /// SIGTERM, the grace period, SIGKILL for what is left — each signal after the identity
     /// check in `child::stop` — then record who got what.
     pub(super) fn terminate(&mut self, targets: &[ProcId]) -> Result<()> {
+        self.terminate_within(targets, self.cfg.watch.grace.0)
+    }
+
+    /// SIGTERM, then SIGKILL to whatever is left after `grace`.
+    pub(super) fn terminate_within(
+        &mut self,
+        targets: &[ProcId],
+        grace: std::time::Duration,
+    ) -> Result<()> {
         let Some(leave) = &self.may_signal else {
             bail!("dry run: roger never signals the run");
         };
-        let grace = self.cfg.watch.grace.0;
         let s = child::stop(
             &mut self.run,
             targets,

@@ -5,7 +5,7 @@
 //! "does a save fit the window" check at launch and whenever a publish record lands.
 
 use super::actions::Evidence;
-use super::{child, ms, Flow, Options, Watcher};
+use super::{ms, Flow, Options, Watcher};
 use crate::config::preempt::{signal_number, PreemptConfig, SaveNow};
 use crate::config::Config;
 use crate::ledger::Kind;
@@ -412,20 +412,9 @@ impl Watcher<'_> {
             rfc3339(n.deadline)
         );
         self.kill_record("preempt", Evidence::Note(why), &targets, None)?;
-        let Some(leave) = &self.may_signal else {
-            bail!("dry run: roger never signals the run");
-        };
         let left = (n.deadline - unix_now()).max(1.0);
         let grace = self.cfg.watch.grace.0.min(super::dur(left));
-        let s = child::stop(
-            &mut self.run,
-            &targets,
-            Signal::SIGTERM,
-            grace,
-            &self.fs,
-            leave,
-        )?;
-        self.stopped(&s)
+        self.terminate_within(&targets, grace)
     }
 
     /// Requeue the job (scontrol) or say which exit code asks the wrapper to.

@@ -390,7 +390,7 @@ fn node_local_watches_share_rank_0s_publish_and_only_node_0_requeues() {
         "slurm_signal = \"USR1\"\nslurm_window = \"20s\"\nslurm_end_time = false\nmargin = \"3s\"",
     );
     // Two nodes of one job on this machine: one watch per node, same config and ledger.
-    let mut kids = Vec::new();
+    let mut kids = StopOnDrop(Vec::new());
     for node in ["0", "1"] {
         let mut cues = vec!["--save-every", "10"];
         if node == "1" {
@@ -398,19 +398,20 @@ fn node_local_watches_share_rank_0s_publish_and_only_node_0_requeues() {
         }
         let (mut c, _) = watch_cmd_as(&env, &cues, &["--node-local"], &format!("node{node}"));
         c.env("SLURM_NODEID", node).env("SLURM_JOB_ID", "999999");
-        kids.push(c.spawn().unwrap());
+        kids.0.push(c.spawn().unwrap());
     }
-    poll_until("both nodes' trainers", Duration::from_secs(30), || {
+    // Generous: two watches and trainers start while the rest of the suite runs.
+    poll_until("both nodes' trainers", Duration::from_secs(90), || {
         pids(&env).len() == 2 && latest_step(&env).is_some()
     });
-    for k in &kids {
+    for k in &kids.0 {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(k.id() as i32),
             nix::sys::signal::Signal::SIGUSR1,
         )
         .unwrap();
     }
-    for (i, k) in kids.iter_mut().enumerate() {
+    for (i, k) in kids.0.iter_mut().enumerate() {
         let st = wait_child(k, Duration::from_secs(60));
         assert_eq!(st.code(), Some(76), "{}", env.read(&format!("node{i}.err")));
     }
@@ -742,5 +743,28 @@ fn slurm_signal_save_requeue_and_resume_on_a_real_scheduler() {
     drop(jobs);
     if said.starts_with("started:") {
         let _ = Command::new("bash").arg(&setup).arg("stop").status();
+    }
+}
+
+/// Watches a test started: on a failed assertion they are told to stop (SIGTERM: each stops
+/// its own run tree), then killed, so no run outlives the test.
+struct StopOnDrop(Vec<std::process::Child>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        for k in &mut self.0 {
+            if matches!(k.try_wait(), Ok(None)) {
+                let pid = nix::unistd::Pid::from_raw(k.id() as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            }
+        }
+        for k in &mut self.0 {
+            let t0 = std::time::Instant::now();
+            while matches!(k.try_wait(), Ok(None)) && t0.elapsed() < Duration::from_secs(15) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = k.kill();
+            let _ = k.wait();
+        }
     }
 }
