@@ -257,7 +257,9 @@ fn main() {
             .append(true)
             .open(f)
             .unwrap_or_else(|e| die(&format!("pid file: {e}")));
-        let _ = writeln!(f, "{}", std::process::id());
+        // One write per line: `writeln!` on a File makes two (the number, then the newline),
+        // and two trainers appending at once then wrote "2968929690\n\n".
+        let _ = f.write_all(format!("{}\n", std::process::id()).as_bytes());
     }
     let resume = std::env::var("ROGER_RESUME_CKPT")
         .ok()

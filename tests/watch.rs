@@ -634,3 +634,37 @@ fn outputs_of_a_crashed_run_are_quarantined_and_the_disk_is_checked_each_tick() 
     );
     assert!(disk[0].str_field("status").is_some());
 }
+
+/// fake_train's pid file takes one whole line per trainer even when many append at once
+/// (two node-local trainers once wrote "2968929690": a number and its newline were two
+/// writes, interleaved under load).
+#[test]
+fn trainers_starting_together_each_append_a_whole_pid_line() {
+    let env = Env::new();
+    env.write("roger.toml", BASE);
+    let n = 24;
+    let kids: Vec<Child> = (0..n)
+        .map(|i| {
+            Command::new(fake_train())
+                .args(["--log"])
+                .arg(env.path(&format!("t{i}.jsonl")))
+                .arg("--ckpt-dir")
+                .arg(env.path(&format!("ck{i}")))
+                .arg("--pid-file")
+                .arg(env.path("pids.txt"))
+                .args(["--steps", "1", "--step-ms", "1", "--no-publish"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut want: Vec<u32> = kids.iter().map(Child::id).collect();
+    for mut k in kids {
+        k.wait().unwrap();
+    }
+    let mut got = pids(&env);
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want, "{}", env.read("pids.txt"));
+}

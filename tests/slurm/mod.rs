@@ -400,10 +400,28 @@ fn node_local_watches_share_rank_0s_publish_and_only_node_0_requeues() {
         c.env("SLURM_NODEID", node).env("SLURM_JOB_ID", "999999");
         kids.0.push(c.spawn().unwrap());
     }
-    // Generous: two watches and trainers start while the rest of the suite runs.
-    poll_until("both nodes' trainers", Duration::from_secs(90), || {
-        pids(&env).len() == 2 && latest_step(&env).is_some()
-    });
+    // Generous: two watches and trainers start while the rest of the suite runs. A watch that
+    // ended before its notice fails the test at once, with what it said.
+    let t0 = Instant::now();
+    while !(pids(&env).len() >= 2 && latest_step(&env).is_some()) {
+        for (i, k) in kids.0.iter_mut().enumerate() {
+            if let Ok(Some(st)) = k.try_wait() {
+                panic!(
+                    "node {i}'s watch ended early ({st}):\n{}",
+                    env.read(&format!("node{i}.err"))
+                );
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "no two trainers and a publish in 90 s: pids {:?}, latest {:?}\nnode0:\n{}\nnode1:\n{}",
+            pids(&env),
+            latest_step(&env),
+            env.read("node0.err"),
+            env.read("node1.err")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     for k in &kids.0 {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(k.id() as i32),
