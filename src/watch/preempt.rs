@@ -26,8 +26,8 @@ pub(crate) struct Armed {
     /// `--node-local`: this node's SLURM_NODEID.
     node: Option<u32>,
     job: Option<String>,
-    /// Ledger bytes already looked at for publish records (the fit check).
-    fit_offset: u64,
+    /// Follows the ledger for new publish records (the fit check).
+    fit_feed: crate::ledger::follow::Follower,
     last_fit: Option<bool>,
 }
 
@@ -94,7 +94,7 @@ impl Armed {
             save_now,
             node,
             job,
-            fit_offset: 0,
+            fit_feed: crate::ledger::follow::Follower::new(cfg.ledger_path(), 0),
             last_fit: None,
         }))
     }
@@ -137,12 +137,8 @@ impl Watcher<'_> {
         let Some(a) = self.preempt.as_mut() else {
             return Ok(());
         };
-        let len = std::fs::metadata(self.ledger.path()).map_or(0, |m| m.len());
         if !at_launch {
-            if len <= a.fit_offset {
-                return Ok(());
-            }
-            let new = new_records(self.ledger.path(), &mut a.fit_offset, len)?;
+            let new = a.fit_feed.new_records()?;
             if !new
                 .iter()
                 .any(|r| r.kind == Kind::Publish && r.run == self.run_name)
@@ -150,7 +146,9 @@ impl Watcher<'_> {
                 return Ok(());
             }
         } else {
-            a.fit_offset = len;
+            let len = std::fs::metadata(self.ledger.path()).map_or(0, |m| m.len());
+            a.fit_feed =
+                crate::ledger::follow::Follower::new(self.ledger.path().to_path_buf(), len);
         }
         let Some(window) = handoff::expected_window(&a.cfg, a.job.is_some()) else {
             return Ok(());
@@ -478,22 +476,8 @@ fn manifest_names(p: &handoff::Published) -> bool {
     let Some(dir) = Path::new(&p.path).parent() else {
         return false;
     };
-    std::fs::read_to_string(dir.join("latest.json"))
+    crate::publish::manifest::read(dir)
         .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .is_some_and(|v| v["sha256"].as_str() == Some(p.sha256.as_str()))
-}
-
-/// Records appended since `offset` (whole lines only); advances it.
-fn new_records(path: &Path, offset: &mut u64, len: u64) -> Result<Vec<crate::ledger::Record>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path)?;
-    f.seek(SeekFrom::Start(*offset))?;
-    let mut buf = Vec::new();
-    f.take(len - *offset).read_to_end(&mut buf)?;
-    let Some(end) = buf.iter().rposition(|&b| b == b'\n') else {
-        return Ok(Vec::new());
-    };
-    *offset += end as u64 + 1;
-    Ok(crate::ledger::scan_bytes(&buf[..=end]).records)
+        .flatten()
+        .is_some_and(|m| m.sha256 == p.sha256)
 }
