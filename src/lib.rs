@@ -40,7 +40,11 @@ use std::process::ExitCode;
 
 pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let args: Vec<OsString> = args.into_iter().collect();
-    let cli = match cli::Cli::try_parse_from(&args) {
+    let parsed = match cli::monitor_form(&args) {
+        Some(c) => Ok(c),
+        None => cli::Cli::try_parse_from(&args),
+    };
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();

@@ -27,6 +27,23 @@ fn completions_for_each_shell() {
     env.run(&["completions", "fish"])
         .expect(0)
         .stdout_has("complete -c roger");
+    // Subcommands are built lazily on a normal run; completions must still see the whole
+    // tree, nested subcommands and their arguments included.
+    env.run(&["completions", "bash"])
+        .expect(0)
+        .stdout_has("roger__subcmd__help__subcmd__hygiene,clean)")
+        .stdout_has("roger__subcmd__quarantine__subcmd__add)")
+        .stdout_has("--full-read");
+}
+
+/// `src/build.rs` links roger at a fixed address (no start-up relocations); a build that
+/// lost that setting would quietly make every `critic --once` slower again.
+#[test]
+fn the_binary_is_linked_position_dependent() {
+    let elf = std::fs::read(crate::util::roger_bin()).unwrap();
+    assert_eq!(&elf[..4], b"\x7fELF");
+    let e_type = u16::from_le_bytes([elf[16], elf[17]]);
+    assert_eq!(e_type, 2, "ET_EXEC expected, got {e_type} (3 = a PIE)");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! `roger completions SHELL`: print a completion script generated from the CLI definition.
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
@@ -9,7 +9,7 @@ pub struct CompletionsArgs {
 }
 
 pub fn run(args: CompletionsArgs) -> anyhow::Result<u8> {
-    let mut cmd = crate::cli::Cli::command();
+    let mut cmd = crate::cli::full_command();
     let mut buf = Vec::new();
     clap_complete::generate(args.shell, &mut cmd, "roger", &mut buf);
     crate::outln!("{}", String::from_utf8_lossy(&buf).trim_end());

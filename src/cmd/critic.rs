@@ -199,12 +199,7 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
     super::critic_run::mark_flapping(&mut tick.verdict, &ledger, &cfg);
     let rec = ledger.append(tick.verdict.entry(&cfg.run.name, &tick.obs), clock.now())?;
     let filed = crate::critic::summary::ledger_identity(ledger.path()).map(|identity| {
-        crate::critic::summary::Filed {
-            seq: rec.seq,
-            ts: rec.ts,
-            verdict: tick.verdict.clone(),
-            ledger: identity,
-        }
+        crate::critic::summary::Filed::new(rec.seq, rec.ts, &tick.verdict, identity)
     });
     let (tail, history) = runner.state();
     if let Err(e) = summary.save(&cfg, &log, tail, history, filed) {

@@ -78,6 +78,7 @@ pub struct Recorder {
     rules: Rules,
     events: VecDeque<(Kind, Event)>,
     /// Finite grad norms (step, value), newest last, for the median before a spike.
+    #[serde(with = "crate::metrics::packed::pairs")]
     grads: VecDeque<(u64, f64)>,
     /// The current trailing run of non-finite grad norms.
     grad_bad: Option<(u64, u64)>,

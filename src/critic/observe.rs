@@ -18,10 +18,12 @@ const TRAIN_PER_EVAL: usize = 64;
 /// Serialisable so the summary cache (`summary.rs`) can carry it from one `--once` to the next.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct History {
+    #[serde(with = "crate::metrics::packed")]
     samples: VecDeque<Record>,
     cap: usize,
     evals: Vec<EvalPoint>,
     /// Train losses since the last eval (newest last).
+    #[serde(with = "crate::metrics::packed::floats")]
     pending_train: VecDeque<f64>,
     last_step: Option<u64>,
     advanced_at: Option<f64>,

@@ -89,6 +89,7 @@ pub fn near(factor: f64) -> f64 {
 pub struct Tracker {
     rules: Rules,
     /// The newest finite losses (step, loss), for the median before a spike.
+    #[serde(with = "crate::metrics::packed::pairs")]
     recent: VecDeque<(u64, f64)>,
     pub now: Onsets,
 }

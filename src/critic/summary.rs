@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Bump when anything serialised here changes shape.
-const SCHEMA: u32 = 4;
+const SCHEMA: u32 = 6;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Key {
@@ -51,6 +51,29 @@ pub struct Filed {
 }
 
 impl Filed {
+    /// Keeps of `verdict` only what the filing rule and the printout use (statuses, step,
+    /// phase, flapping): the checks' observations and reasons are in the ledger, and
+    /// decoding them on every cached check cost more than the rest of the summary.
+    pub fn new(
+        seq: u64,
+        ts: chrono::DateTime<chrono::Utc>,
+        verdict: &crate::critic::Verdict,
+        ledger: (u64, u64),
+    ) -> Filed {
+        let mut verdict = verdict.clone();
+        for c in &mut verdict.checks {
+            c.observed = serde_json::Value::Null;
+            c.expected = serde_json::Value::Null;
+            c.reason.clear();
+        }
+        Filed {
+            seq,
+            ts,
+            verdict,
+            ledger,
+        }
+    }
+
     /// Still the newest record of `ledger` (nothing appended, not replaced)?
     pub fn still_last(&self, ledger: &Path) -> bool {
         ledger_identity(ledger) == Some(self.ledger)

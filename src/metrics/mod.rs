@@ -11,6 +11,7 @@ pub mod lines;
 pub mod locate;
 pub mod mlflow;
 pub mod num;
+pub mod packed;
 pub mod tail;
 pub mod tb_event;
 pub mod tensorboard;
