@@ -15,6 +15,7 @@ pub mod gpu;
 pub mod hygiene;
 pub mod init;
 pub mod ledger;
+pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod out;
@@ -60,7 +61,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     };
     out::set_quiet(cli.quiet);
     colour::init(cli.color);
-    init_tracing(cli.verbose, cli.quiet);
+    logging::init(cli.verbose, cli.quiet);
     let global = cli::Global {
         config: cli.config.clone(),
     };
@@ -72,23 +73,4 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             exit::code(role.error_code())
         }
     }
-}
-
-fn init_tracing(verbose: u8, quiet: bool) {
-    use tracing_subscriber::EnvFilter;
-    let level = match (quiet, verbose) {
-        (true, _) => "error",
-        (_, 0) => "info",
-        (_, 1) => "debug",
-        _ => "trace",
-    };
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("roger={level},warn")));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // nohup.out and tmux logs must not fill with colour codes.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
 }

@@ -446,13 +446,25 @@ fn roger_survives_sighup_and_forwards_sigterm() {
     train[n + 1] = "100000".into();
     let args = watch_args(&env, &[], train);
     let mut c = roger(&env, &args);
-    c.stdout(Stdio::null()).stderr(Stdio::null());
+    let stderr = std::fs::File::create(env.dir.path().join("watch.err")).unwrap();
+    c.stdout(Stdio::null()).stderr(stderr);
     let mut child = c.spawn().unwrap();
     poll_until("the run to log", Duration::from_secs(60), || {
         steps_logged(&env).len() > 5
     });
     let me = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(me, nix::sys::signal::Signal::SIGHUP).unwrap();
+    // The warning goes through the deferred log subscriber, built by this first event.
+    poll_until(
+        "the SIGHUP warning on stderr",
+        Duration::from_secs(30),
+        || {
+            let err = env.read("watch.err");
+            err.lines().any(|l| {
+                l.contains(" WARN ") && l.ends_with("SIGHUP received: roger keeps watching")
+            })
+        },
+    );
     let n = steps_logged(&env).len();
     poll_until("more steps after SIGHUP", Duration::from_secs(60), || {
         steps_logged(&env).len() > n + 5
