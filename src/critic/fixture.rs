@@ -52,7 +52,7 @@ pub fn obs_with(samples: Vec<(u64, Vec<(&str, f64)>)>) -> Observation {
                 step,
                 values: vals
                     .into_iter()
-                    .map(|(k, v)| (k.to_string(), Num(v)))
+                    .map(|(k, v)| (k.to_string().into(), Num(v)))
                     .collect(),
             })
             .collect(),

@@ -256,7 +256,9 @@ pub struct Settings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ObsSample {
     pub step: u64,
-    pub values: BTreeMap<String, Num>,
+    /// Borrowed names when built from a log (50 samples × 6 metrics of `String` were a
+    /// tenth of a cached `critic --once`); owned when read back from the ledger.
+    pub values: BTreeMap<std::borrow::Cow<'static, str>, Num>,
 }
 
 impl ObsSample {

@@ -279,7 +279,7 @@ fn obs_sample(s: &Record) -> ObsSample {
             .iter()
             .zip(s.values)
             .filter(|(m, _)| is_judged(m))
-            .filter_map(|(m, v)| v.map(|v| (m.to_string(), Num(v))))
+            .filter_map(|(m, v)| v.map(|v| ((*m).into(), Num(v))))
             .collect(),
     }
 }
@@ -381,7 +381,7 @@ pub(crate) mod tests {
         Sample {
             step,
             time: Some(t),
-            values: BTreeMap::from([("loss".to_string(), loss)]),
+            values: BTreeMap::from([("loss".into(), loss)]),
         }
     }
 

@@ -81,7 +81,7 @@ pub fn from_ledger(path: &Path, run: Option<&str>) -> Result<Vec<Point>> {
                 )
             })?;
         for s in samples {
-            let values = s.values.iter().map(|(k, n)| (k.clone(), n.0)).collect();
+            let values = s.values.iter().map(|(k, n)| (k.to_string(), n.0)).collect();
             by_step.insert(s.step, values);
         }
     }
