@@ -6,8 +6,10 @@
 //! page size, and `wc -l` over the same log as a floor for the reader.
 //!
 //! ```text
-//! cargo run --release --example report_bench -- [--steps N] [--every K] [--format jsonl|csv] [--dir DIR]
+//! cargo run --release --example report_bench -- [--steps N] [--every K] [--format jsonl|csv] [--dir DIR] [--page FILE]
 //! ```
+//!
+//! `--page FILE` keeps the page, to compare two builds' pages byte for byte.
 
 use roger::config::Config;
 use roger::ledger::{Entry, Kind, Ledger};
@@ -20,6 +22,7 @@ struct Opts {
     every: u64,
     format: String,
     dir: Option<PathBuf>,
+    page: Option<PathBuf>,
 }
 
 fn parse() -> Opts {
@@ -28,6 +31,7 @@ fn parse() -> Opts {
         every: 1,
         format: "jsonl".into(),
         dir: None,
+        page: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -37,6 +41,7 @@ fn parse() -> Opts {
             "--every" => o.every = val().parse().expect("--every K"),
             "--format" => o.format = val(),
             "--dir" => o.dir = Some(val().into()),
+            "--page" => o.page = Some(val().into()),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -108,6 +113,8 @@ fn write_log(path: &Path, o: &Opts) -> (u64, u64) {
 /// A night's ledger: a publish every 1% of the run, a critic verdict every 0.5%, and a
 /// wedge kill + relaunch at the rewind.
 fn write_ledger(path: &Path, o: &Opts) -> u64 {
+    // A fresh ledger each run: a second run in the same --dir must not read two nights.
+    let _ = std::fs::remove_file(path);
     let l = Ledger::new(path);
     let at = |step: u64| {
         chrono::DateTime::from_timestamp_millis(((T0 + step as f64 * 0.25) * 1000.0) as i64)
@@ -239,6 +246,9 @@ fn main() {
     let report_cpu = cpu_secs() - cpu;
     let again = roger::report::html::page(&loaded.night, Some(&dir));
     assert_eq!(page, again, "the page is not deterministic");
+    if let Some(p) = &o.page {
+        std::fs::write(p, &page).expect("--page");
+    }
     assert_eq!(
         n as u64, loaded.night.samples,
         "the report saw every sample"
