@@ -44,7 +44,7 @@ fn fast_decimal(b: &[u8]) -> Option<f64> {
 /// losses, times) take a tight loop here: 19 digits cannot overflow a u64, so no checked
 /// arithmetic per digit. Anything else takes [`decimal_prefix_general`], which gives the same
 /// answer for these too (the unit tests compare the two).
-#[inline]
+#[inline(always)]
 pub fn decimal_prefix(b: &[u8]) -> Option<(f64, usize)> {
     let (neg, mut i) = match b.first()? {
         b'-' => (true, 1),
@@ -81,9 +81,29 @@ pub fn decimal_prefix(b: &[u8]) -> Option<(f64, usize)> {
     if mant > (1u64 << 53) {
         return None;
     }
-    let m = mant as f64;
+    let m = exact_f64(mant);
     let v = if frac == 0 { m } else { m / *POW10.get(frac)? };
     Some((if neg { -v } else { v }, i))
+}
+
+/// `m as f64` for m <= 2^53 (exact). Below 2^52 through the bits of 2^52 + m: x86's integer
+/// conversion writes only half a register and so waits for the previous number's division,
+/// which chained every number of a line behind the one before it.
+#[inline(always)]
+fn exact_f64(m: u64) -> f64 {
+    const TWO52: u64 = 1 << 52;
+    if m < TWO52 {
+        f64::from_bits(0x4330_0000_0000_0000 | m) - TWO52 as f64
+    } else {
+        m as f64
+    }
+}
+
+#[inline(always)]
+fn load8(s: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&s[..8]);
+    u64::from_le_bytes(w)
 }
 
 /// 10^k for the up to 8 digits [`digits8`] reads at once.
@@ -104,15 +124,19 @@ const POW10_INT: [u64; 9] = [
 /// steps and unix times cheap.
 #[inline(always)]
 fn digits8(b: &[u8], i: usize) -> (u64, usize) {
-    let mut w = [0u8; 8];
-    match b.get(i..i + 8) {
-        Some(s) => w.copy_from_slice(s),
-        None => {
-            let rest = b.get(i..).unwrap_or_default();
-            w[..rest.len()].copy_from_slice(rest);
-        }
-    }
-    let w = u64::from_le_bytes(w);
+    let w = if let Some(s) = b.get(i..i + 8) {
+        load8(s)
+    } else if i < b.len() && b.len() >= 8 {
+        // Fewer than 8 bytes left: the slice's last word, shifted so that it starts at `i`
+        // (zeros, which are not digits, come in at the top). A byte-wise copy into a buffer
+        // would stall the load that follows it.
+        load8(&b[b.len() - 8..]) >> (8 * (i + 8 - b.len()))
+    } else {
+        let mut w = [0u8; 8];
+        let rest = b.get(i..).unwrap_or_default();
+        w[..rest.len()].copy_from_slice(rest);
+        u64::from_le_bytes(w)
+    };
     // A byte is a digit when its high nibble is 3 both as is and plus 6 (0x30..=0x39). No
     // carry crosses a digit byte, so the bytes up to the first non-digit are judged exactly.
     let hi = 0xF0F0_F0F0_F0F0_F0F0u64;
