@@ -12,6 +12,7 @@ use crate::config::MetricsConfig;
 pub struct JsonlParser {
     keys: Keys,
     words: flat::Words,
+    shape: flat::Shape,
     step_key: String,
     path: Vec<u8>,
 }
@@ -21,6 +22,7 @@ impl JsonlParser {
         let keys = Keys::new(m);
         JsonlParser {
             words: flat::Words::new(&keys),
+            shape: flat::Shape::default(),
             keys,
             step_key: m.step.clone(),
             path: Vec::new(),
@@ -49,7 +51,14 @@ impl JsonlParser {
         }
         let mut fields = Fields::default();
         if fast {
-            if let Some(end) = flat::object(line, start, &self.keys, &self.words, &mut fields) {
+            if let Some(end) = flat::object(
+                line,
+                start,
+                &self.keys,
+                &self.words,
+                &mut self.shape,
+                &mut fields,
+            ) {
                 if line[end..]
                     .iter()
                     .all(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
