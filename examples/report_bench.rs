@@ -2,8 +2,8 @@
 //! one line each, with NaNs, a spike and a relaunch that rewinds the step) and a ledger of a
 //! night's records, then times the whole report (ledger scan, log stream, model, page) against
 //! a baseline measured in the same run: the same log streamed through roger's metrics reader
-//! with nothing done with the samples. Prints the log size, both times, their ratio and the
-//! page size, and `wc -l` over the same log as a floor for the reader.
+//! with nothing done with the samples. Prints the log size, both times, their ratio, the
+//! reader's MB/s and the page size, and `wc -l` over the same log as a floor for the reader.
 //!
 //! ```text
 //! cargo run --release --example report_bench -- [--steps N] [--every K] [--format jsonl|csv] [--dir DIR] [--page FILE]
@@ -265,7 +265,11 @@ fn main() {
             baseline / wc
         );
     }
-    println!("baseline (roger's log reader alone): {baseline:.2}s ({baseline_cpu:.2}s CPU)");
+    println!(
+        "baseline (roger's log reader alone): {baseline:.2}s ({baseline_cpu:.2}s CPU), {:.0} MB/s ({:.0} MB per CPU-second)",
+        bytes as f64 / 1e6 / baseline,
+        bytes as f64 / 1e6 / baseline_cpu
+    );
     println!(
         "roger report (ledger + log + model + page): {report:.2}s ({report_cpu:.2}s CPU) = {:.2}x the baseline",
         report / baseline
