@@ -1,7 +1,8 @@
 //! JSON lines: a key extractor that walks each object once and parses only the mapped keys'
 //! values — no DOM, no allocation on the common path (flat keys, plain numbers). Nested
 //! objects are entered only when a mapped key lies under them. Accepts what Python's json
-//! writes (`NaN`, `Infinity`) and numbers logged as strings.
+//! writes (`NaN`, `Infinity`) and numbers logged as strings. Flat lines are read by [`flat`]
+//! first, which hands any line it cannot read exactly as this scanner does back to it.
 
 mod flat;
 

@@ -1,10 +1,11 @@
 //! The JSONL reader's fast path: a flat object whose mapped values are numbers, read in one
-//! pass with word-at-a-time scans (quotes found eight bytes at once, keys compared as two
-//! u64s, unmapped values skipped without looking inside). It answers only when it reads the
-//! line exactly as the general scanner would; anything else (an escape in a key, a nested
-//! object holding a mapped key, a mapped value that is not a readable number, malformed
-//! JSON) gives `None` and the general scanner reads the line from its start, so verdicts
-//! and messages stay the general scanner's. The differential tests hold the two together.
+//! pass with word-at-a-time scans (the text between values checked against the previous
+//! line's, quotes found eight bytes at once, keys compared as two u64s, unmapped values
+//! skipped without looking inside). It answers only when it reads the line exactly as the
+//! general scanner would; anything else (an escape in a key, a nested object or array, a
+//! mapped value that is not a readable number, malformed JSON) gives `None` and the general
+//! scanner reads the line from its start, so verdicts and messages stay the general
+//! scanner's. The differential tests hold the two together.
 
 use crate::metrics::num;
 use crate::metrics::{Fields, Keys};
