@@ -2,12 +2,14 @@
 //! one line each, with NaNs, a spike and a relaunch that rewinds the step) and a ledger of a
 //! night's records, then times the whole report (ledger scan, log stream, model, page) against
 //! a baseline measured in the same run: the same log streamed through roger's metrics reader
-//! with nothing done with the samples. Prints the log size, both times, their ratio and the
-//! page size, and `wc -l` over the same log as a floor for the reader.
+//! with nothing done with the samples. Prints the log size, both times, their ratio, the
+//! reader's MB/s and the page size, and `wc -l` over the same log as a floor for the reader.
 //!
 //! ```text
-//! cargo run --release --example report_bench -- [--steps N] [--every K] [--format jsonl|csv] [--dir DIR]
+//! cargo run --release --example report_bench -- [--steps N] [--every K] [--format jsonl|csv] [--dir DIR] [--page FILE]
 //! ```
+//!
+//! `--page FILE` keeps the page, to compare two builds' pages byte for byte.
 
 use roger::config::Config;
 use roger::ledger::{Entry, Kind, Ledger};
@@ -20,6 +22,7 @@ struct Opts {
     every: u64,
     format: String,
     dir: Option<PathBuf>,
+    page: Option<PathBuf>,
 }
 
 fn parse() -> Opts {
@@ -28,6 +31,7 @@ fn parse() -> Opts {
         every: 1,
         format: "jsonl".into(),
         dir: None,
+        page: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -37,6 +41,7 @@ fn parse() -> Opts {
             "--every" => o.every = val().parse().expect("--every K"),
             "--format" => o.format = val(),
             "--dir" => o.dir = Some(val().into()),
+            "--page" => o.page = Some(val().into()),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -108,6 +113,8 @@ fn write_log(path: &Path, o: &Opts) -> (u64, u64) {
 /// A night's ledger: a publish every 1% of the run, a critic verdict every 0.5%, and a
 /// wedge kill + relaunch at the rewind.
 fn write_ledger(path: &Path, o: &Opts) -> u64 {
+    // A fresh ledger each run: a second run in the same --dir must not read two nights.
+    let _ = std::fs::remove_file(path);
     let l = Ledger::new(path);
     let at = |step: u64| {
         chrono::DateTime::from_timestamp_millis(((T0 + step as f64 * 0.25) * 1000.0) as i64)
@@ -239,6 +246,9 @@ fn main() {
     let report_cpu = cpu_secs() - cpu;
     let again = roger::report::html::page(&loaded.night, Some(&dir));
     assert_eq!(page, again, "the page is not deterministic");
+    if let Some(p) = &o.page {
+        std::fs::write(p, &page).expect("--page");
+    }
     assert_eq!(
         n as u64, loaded.night.samples,
         "the report saw every sample"
@@ -255,7 +265,11 @@ fn main() {
             baseline / wc
         );
     }
-    println!("baseline (roger's log reader alone): {baseline:.2}s ({baseline_cpu:.2}s CPU)");
+    println!(
+        "baseline (roger's log reader alone): {baseline:.2}s ({baseline_cpu:.2}s CPU), {:.0} MB/s ({:.0} MB per CPU-second)",
+        bytes as f64 / 1e6 / baseline,
+        bytes as f64 / 1e6 / baseline_cpu
+    );
     println!(
         "roger report (ledger + log + model + page): {report:.2}s ({report_cpu:.2}s CPU) = {:.2}x the baseline",
         report / baseline

@@ -9,9 +9,9 @@ use std::io::Read;
 use std::path::Path;
 
 /// Read size for large stretches.
-pub const CHUNK: usize = 8 << 20;
+pub const CHUNK: usize = 2 << 20;
 /// Below this, one thread parses; above it the lines are split across the cores.
-const PARALLEL_MIN: usize = 2 << 20;
+const PARALLEL_MIN: usize = 1 << 20;
 
 /// Split complete lines out of `data` and parse them; returns the bytes consumed (through
 /// the last newline). Large stretches are parsed on all cores, in order.

@@ -175,6 +175,15 @@ pub struct Series {
     /// Running mean of seconds per sample in the current segment.
     typical: Option<f64>,
     slots: [usize; 6],
+    /// The column of the last sample and the steps it covers, `[from, to)`: consecutive
+    /// steps mostly share a column, which spares two divisions per sample.
+    col: (usize, u64, u64),
+    /// Where the last sample's time fell among the probes (the partition point), checked
+    /// before it is reused: times mostly grow, so the binary search is rarely needed.
+    probe_k: usize,
+    /// No probe instant is NaN, so the probes are partitioned by any time and a checked
+    /// cached partition point is the binary search's answer.
+    probes_ordered: bool,
 }
 
 const GAPS_KEPT: usize = 10_000;
@@ -198,6 +207,7 @@ impl Series {
             .max(COLUMNS as u64)
             .next_multiple_of(COLUMNS as u64);
         let slots = PLOTTED.map(|m| crate::metrics::slot(m).expect("plotted metric has a slot"));
+        let probes_ordered = probes.iter().all(|p| !p.at.is_nan());
         Series {
             span,
             segments: Vec::new(),
@@ -211,6 +221,9 @@ impl Series {
             gaps: Vec::new(),
             typical: None,
             slots,
+            col: (0, 0, 0),
+            probe_k: 0,
+            probes_ordered,
         }
     }
 
@@ -253,8 +266,7 @@ impl Series {
             self.recent.clear();
             self.typical = None;
         }
-        let per = self.span / COLUMNS as u64;
-        let col = ((s.step / per) as usize).min(COLUMNS - 1);
+        let col = self.column(s.step);
         let seg = self
             .segments
             .last_mut()
@@ -292,9 +304,44 @@ impl Series {
         }
     }
 
+    /// The bucket index of `step` at the current span.
+    #[inline]
+    fn column(&mut self, step: u64) -> usize {
+        let (col, from, to) = self.col;
+        if from <= step && step < to {
+            return col;
+        }
+        let per = self.span / COLUMNS as u64;
+        let col = ((step / per) as usize).min(COLUMNS - 1);
+        let from = col as u64 * per;
+        let to = if col == COLUMNS - 1 {
+            u64::MAX
+        } else {
+            from + per
+        };
+        self.col = (col, from, to);
+        col
+    }
+
+    /// `probes.partition_point(|p| p.at < t)`, from the last answer when it still holds.
+    #[inline]
+    fn probe_index(&mut self, t: f64) -> usize {
+        let k = self.probe_k;
+        let fits = self.probes_ordered
+            && k <= self.probes.len()
+            && (k == 0 || self.probes[k - 1].at < t)
+            && (k == self.probes.len() || self.probes[k].at >= t);
+        if fits {
+            return k;
+        }
+        let k = self.probes.partition_point(|p| p.at < t);
+        self.probe_k = k;
+        k
+    }
+
     /// Probes are settled in [`Series::finish`]: here only the one bracketing `t` moves.
     fn probe(&mut self, step: u64, t: f64) {
-        let k = self.probes.partition_point(|p| p.at < t);
+        let k = self.probe_index(t);
         if let Some(p) = self.probes.get_mut(k) {
             if p.before.is_none_or(|(_, bt)| t >= bt) {
                 p.before = Some((step, t));
@@ -310,6 +357,7 @@ impl Series {
 
     fn double(&mut self) {
         self.span *= 2;
+        self.col = (0, 0, 0);
         for seg in &mut self.segments {
             for col in &mut seg.columns {
                 let merged: Vec<Bucket> = (0..COLUMNS)
@@ -444,6 +492,35 @@ mod tests {
         assert_eq!(p.after, Some((11, 11.0)));
         let p = s.probe_at(100.0).unwrap();
         assert_eq!((p.before, p.after), (Some((29, 29.0)), None));
+    }
+
+    /// The cached column and probe position are the plain formulas' answers, over steps
+    /// that mostly count up but also jump, rewind and outgrow the span, and times that
+    /// mostly grow but also jump back.
+    #[test]
+    fn cached_column_and_probe_match_the_plain_formulas() {
+        let probes: Vec<f64> = (0..50).map(|i| f64::from(i) * 7.5).collect();
+        let mut s = Series::new(Some(1000), vec![], &probes);
+        let mut rng = fastrand::Rng::with_seed(5);
+        let (mut step, mut t) = (0u64, 0.0);
+        for _ in 0..200_000 {
+            match rng.u8(..20) {
+                0 => step = rng.u64(..step + 2),
+                1 => step += rng.u64(..20_000),
+                _ => step += 1,
+            }
+            match rng.u8(..20) {
+                0 => t = rng.f64() * 400.0,
+                _ => t += rng.f64(),
+            }
+            while step >= s.span {
+                s.double();
+            }
+            let per = s.span / COLUMNS as u64;
+            assert_eq!(s.column(step), ((step / per) as usize).min(COLUMNS - 1));
+            assert_eq!(s.probe_index(t), s.probes.partition_point(|p| p.at < t));
+        }
+        assert!(s.span > 1000, "the span doubled along the way");
     }
 
     #[test]
