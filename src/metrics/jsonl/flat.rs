@@ -391,6 +391,18 @@ mod tests {
 
     /// Configs whose keys stress the word lookup: separators, one key for two targets, keys
     /// that are prefixes of others, keys at and past 8 and 16 bytes, other clocks.
+    /// The fast path's answer for `line` equals the general scanner's (config `c`).
+    fn assert_fast_is_general(p: &mut JsonlParser, line: &[u8], c: usize) {
+        let want = format!("{:?}", p.parse_line(line, false));
+        let got = format!("{:?}", p.parse_line(line, true));
+        assert_eq!(
+            got,
+            want,
+            "config {c}, line {:?}",
+            String::from_utf8_lossy(line)
+        );
+    }
+
     fn configs() -> Vec<MetricsConfig> {
         vec![
             MetricsConfig::default(),
@@ -564,14 +576,7 @@ mod tests {
             let mut fast = 0;
             for _ in 0..iters {
                 let l = line(&mut g);
-                let want = format!("{:?}", p.parse_line(&l, false));
-                let got = format!("{:?}", p.parse_line(&l, true));
-                assert_eq!(
-                    got,
-                    want,
-                    "config {c}, line {:?}",
-                    String::from_utf8_lossy(&l)
-                );
+                assert_fast_is_general(&mut p, &l, c);
                 let mut fields = crate::metrics::Fields::default();
                 let start = l.iter().position(|&b| b == b'{').unwrap_or(0);
                 if l.get(start) == Some(&b'{')
@@ -659,14 +664,7 @@ mod tests {
                         let copy = l.clone();
                         g.mutate(&mut l, &["\"", "{", "}", ",", ":", " "], &[copy]);
                     }
-                    let want = format!("{:?}", p.parse_line(&l, false));
-                    let got = format!("{:?}", p.parse_line(&l, true));
-                    assert_eq!(
-                        got,
-                        want,
-                        "config {c}, line {:?}",
-                        String::from_utf8_lossy(&l)
-                    );
+                    assert_fast_is_general(&mut p, &l, c);
                     remembered += p.shape.glue.len();
                 }
             }
