@@ -145,8 +145,7 @@ pub fn role_of(args: &[std::ffi::OsString]) -> crate::exit::Role {
 
 /// The command line monitors call every few minutes — `roger critic [--once] [--json]
 /// [--heartbeat] [--full-read] [--now RFC3339]` with `-q` and `-c/--config FILE` anywhere
-/// after `roger` —
-/// read without clap. Even deferred, clap's tree cost a repeated check 0.3 M instructions
+/// after `roger` — read without clap. Even deferred, clap's tree cost a repeated check 0.3 M instructions
 /// and 45 page faults (a fifth of its time); this costs a few hundred. Anything else — any
 /// other flag, a repeated one, a value that looks like a flag, `ROGER_CONFIG` set (clap
 /// reads it) — is `None`, and clap parses it and reports errors as it always did. The tests
@@ -212,9 +211,11 @@ pub struct Global {
     pub config: Option<PathBuf>,
 }
 
-/// The whole command tree with every subcommand expanded, as it was before deferral:
-/// clap's `help` subcommand copies the subcommands' trees when the root is built, so they
-/// must be expanded first (completion scripts offer `roger help hygiene clean`).
+/// The whole command tree with every subcommand expanded (the same subcommands and
+/// arguments as before deferral): clap's `help` subcommand copies the subcommands' trees
+/// when the root is built, so they must be expanded first (completion scripts offer
+/// `roger help hygiene clean`). Expanded subcommands carry their own `help`, so that copy
+/// now also lists e.g. `roger help hygiene help`, and zsh lists global options first.
 pub fn full_command() -> clap::Command {
     use clap::CommandFactory;
     let mut expanded = Cli::command();

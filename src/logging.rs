@@ -30,15 +30,9 @@ pub fn init(verbose: u8, quiet: bool) {
     };
     if installed.is_ok() {
         // Records of the `log` crate (ureq) pass through the same filter, as `try_init` did.
+        use tracing_log::AsLog;
         let _ = tracing_log::LogTracer::builder()
-            .with_max_level(match LevelFilter::current() {
-                LevelFilter::TRACE => log::LevelFilter::Trace,
-                LevelFilter::DEBUG => log::LevelFilter::Debug,
-                LevelFilter::INFO => log::LevelFilter::Info,
-                LevelFilter::WARN => log::LevelFilter::Warn,
-                LevelFilter::ERROR => log::LevelFilter::Error,
-                _ => log::LevelFilter::Off,
-            })
+            .with_max_level(LevelFilter::current().as_log())
             .init();
     }
 }

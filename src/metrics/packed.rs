@@ -10,7 +10,7 @@ use super::Record;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::VecDeque;
 
-const SLOTS: usize = 11;
+const SLOTS: usize = super::SLOTS.len();
 
 pub fn pack(records: &VecDeque<Record>) -> Vec<u8> {
     let mut out = Vec::with_capacity(records.len() * (10 + 8 * 4));
