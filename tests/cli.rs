@@ -46,6 +46,31 @@ fn the_binary_is_linked_position_dependent() {
     assert_eq!(e_type, 2, "ET_EXEC expected, got {e_type} (3 = a PIE)");
 }
 
+/// `src/build.rs` links the unwinder from libgcc_eh.a: loading libgcc_s.so.1 ran its
+/// constructor's ~20 CPUID instructions, each a trap to the hypervisor on a VM.
+#[test]
+fn the_binary_does_not_load_libgcc_s() {
+    let eh = std::process::Command::new("cc")
+        .arg("-print-file-name=libgcc_eh.a")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if !eh
+        .as_deref()
+        .is_ok_and(|p| std::path::Path::new(p).is_absolute())
+    {
+        eprintln!("skipped: this toolchain has no libgcc_eh.a, so roger links libgcc_s.so.1");
+        return;
+    }
+    let elf = std::fs::read(crate::util::roger_bin()).unwrap();
+    let needed = elf
+        .windows(b"libgcc_s.so".len())
+        .any(|w| w == b"libgcc_s.so");
+    assert!(
+        !needed,
+        "the roger binary names libgcc_s.so (a NEEDED entry)"
+    );
+}
+
 #[test]
 fn check_prints_resolved_phases_of_the_example() {
     let env = Env::new();
