@@ -14,6 +14,13 @@ use tracing::subscriber::Interest;
 use tracing::{span, Event, Metadata, Subscriber};
 use tracing_subscriber::EnvFilter;
 
+/// The formatting subscriber exists: something was logged (or may be, with `RUST_LOG`).
+static BUILT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn formatter_built() -> bool {
+    BUILT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 pub fn init(verbose: u8, quiet: bool) {
     let roger = match (quiet, verbose) {
         (true, _) => LevelFilter::ERROR,
@@ -38,6 +45,7 @@ pub fn init(verbose: u8, quiet: bool) {
 }
 
 fn formatter(filter: EnvFilter) -> impl Subscriber + Send + Sync {
+    BUILT.store(true, std::sync::atomic::Ordering::Relaxed);
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -22,6 +22,22 @@ pub fn line(args: std::fmt::Arguments<'_>) {
     }
 }
 
+/// Write `text` (whole lines) to stdout, as [`line`] does.
+pub fn text(text: &str) {
+    if CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+    {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            CLOSED.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 /// `outln!("...", args)`: println! that tolerates a closed stdout.
 #[macro_export]
 macro_rules! outln {
@@ -40,8 +56,24 @@ pub fn quiet() -> bool {
     QUIET.load(Ordering::Relaxed)
 }
 
+/// Something was (or, under `-q`, would have been) said on stderr.
+static SPOKE: AtomicBool = AtomicBool::new(false);
+
+/// Whether this run said anything on stderr, through these functions or a log line: an
+/// answer that had something to say there is not replayed from stdout alone.
+pub fn spoke_on_stderr() -> bool {
+    SPOKE.load(Ordering::Relaxed) || crate::logging::formatter_built()
+}
+
+/// One line on stderr, always (`eprintln!` that [`spoke_on_stderr`] knows of).
+pub fn err_line(args: std::fmt::Arguments<'_>) {
+    SPOKE.store(true, Ordering::Relaxed);
+    eprintln!("{args}");
+}
+
 /// One `roger: warning: ...` line on stderr, unless `-q`.
 pub fn warning(args: std::fmt::Arguments<'_>) {
+    SPOKE.store(true, Ordering::Relaxed);
     if !quiet() {
         eprintln!("roger: warning: {args}");
     }
@@ -49,6 +81,7 @@ pub fn warning(args: std::fmt::Arguments<'_>) {
 
 /// One informational line on stderr (`roger: <what>: ...`), unless `-q`.
 pub fn note(args: std::fmt::Arguments<'_>) {
+    SPOKE.store(true, Ordering::Relaxed);
     if !quiet() {
         eprintln!("{args}");
     }

@@ -2,6 +2,7 @@
 
 mod util;
 
+mod answer_cache;
 mod bad_input;
 mod bench;
 mod checkpoint_trust;

@@ -7,11 +7,11 @@ use crate::util::{repo_root, Env};
 use roger::ledger::Ledger;
 use serde_json::Value;
 
-const NOW: &str = "2025-06-01T00:00:00Z";
+pub(crate) const NOW: &str = "2025-06-01T00:00:00Z";
 
 /// (log, config) pairs: the real corpus's line logs, the bundled example, the committed
 /// TensorBoard files.
-fn fixtures() -> Vec<(String, String, String)> {
+pub(crate) fn fixtures() -> Vec<(String, String, String)> {
     let real = repo_root().join("tests/fixtures/real");
     let mut out = Vec::new();
     for e in std::fs::read_dir(&real).unwrap().flatten() {

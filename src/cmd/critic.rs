@@ -2,7 +2,8 @@
 //! keep grading (`--daemon`), or prove archived verdicts (`--replay`). Every verdict goes to
 //! the ledger with the observation that produced it.
 
-use super::critic_run::{daemon, DaemonOptions, Runner, Tick};
+use super::critic_answer::{self, Pending};
+use super::critic_run::{daemon, now_seconds, DaemonOptions, Runner, Tick};
 use crate::cli::Global;
 use crate::config::{self, Config};
 use crate::critic::summary::Summary;
@@ -84,6 +85,10 @@ pub struct CriticArgs {
     /// The log's format, overriding [run] format: jsonl, csv, text or hf-trainer-state.
     #[arg(long, value_name = "FORMAT", value_parser = super::hygiene::parse_format, conflicts_with = "replay")]
     pub format: Option<config::LogFormat>,
+
+    /// Set by the monitors' form (`cli::monitor_form`) only: the answer cache's key.
+    #[arg(skip)]
+    pub answer: Option<critic_answer::Request>,
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -98,6 +103,16 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
     if args.replay {
         return run_replay(global, &args);
     }
+    // Each file an answer depends on is identified before it is read.
+    let mut pending = Pending::start(args.answer.as_ref());
+    if let Some(p) = &mut pending {
+        p.reads(
+            global
+                .config
+                .as_deref()
+                .unwrap_or(config::DEFAULT_FILE.as_ref()),
+        );
+    }
     let mut cfg = config::require(global.config.as_deref())?;
     if let Some(f) = args.format {
         cfg.run.format = f;
@@ -109,9 +124,24 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
             cfg.path.display()
         ),
     };
+    let ledger = Ledger::new(args.ledger.clone().unwrap_or_else(|| cfg.ledger_path()));
+    // An answer may rest on one plain log file only: not a pattern, a directory of event
+    // files or metric files, nor other ranks' logs.
+    let one_file = !crate::metrics::locate::is_pattern(&log)
+        && !matches!(
+            cfg.run.format,
+            config::LogFormat::Tensorboard | config::LogFormat::Mlflow
+        )
+        && cfg.run.rank_log.is_none();
+    match &mut pending {
+        Some(p) if one_file => {
+            p.reads(&log);
+            p.reads(ledger.path());
+        }
+        _ => pending = None,
+    }
     let tail = Tail::new(&log, cfg.run.format, &cfg.metrics)
         .with_context(|| format!("{}", cfg.path.display()))?;
-    let ledger = Ledger::new(args.ledger.clone().unwrap_or_else(|| cfg.ledger_path()));
     let mut gpu = LazyGpu {
         cfg: &cfg.gpu,
         reader: None,
@@ -132,7 +162,7 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
             }
             if let Some(seq) = seq {
                 if json {
-                    print_json(&tick.verdict, Filing::New(seq));
+                    crate::out::text(&json_text(&tick.verdict, Filing::New(seq)));
                 } else {
                     print_summary(tick, seq);
                 }
@@ -156,10 +186,10 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         }
         Err(why) => {
             if why != "none yet" {
-                eprintln!(
+                crate::out::err_line(format_args!(
                     "roger: note: summary cache {} not used ({why}); reading the log afresh",
                     summary.path().display()
-                );
+                ));
             }
             // A big log is first read from its end when that gives the same history.
             if !args.full_read {
@@ -177,7 +207,8 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
     });
     let bar =
         crate::metrics::locate::resolve(&log).and_then(|p| crate::progress::reading(&p, "reading"));
-    let mut tick = runner.tick(args.now.unwrap_or_else(|| clock.now()))?;
+    let judged_at = args.now.unwrap_or_else(|| clock.now());
+    let mut tick = runner.tick(judged_at)?;
     drop(bar);
     report_read(&tick, &log);
     format_hint(&tick, &log, cfg.run.format);
@@ -189,12 +220,37 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
     }) {
         tick.verdict.flapping = last.verdict.flapping.clone();
         let filing = Filing::Unchanged(last.seq, last.ts);
-        if args.json {
-            print_json(&tick.verdict, filing);
-        } else {
-            print_human(&tick.verdict, &cfg, filing);
+        let colour = crate::colour::stdout();
+        let render = |v: &Verdict| {
+            let text = if args.json {
+                json_text(v, filing)
+            } else {
+                human_text(v, &cfg, filing, colour)
+            };
+            (text, v.status.exit_code())
+        };
+        let (text, code) = render(&tick.verdict);
+        crate::out::text(&text);
+        if let Some(p) =
+            pending.filter(|_| tick.obs.gpu_vram.is_none() && tick.obs.ranks.is_empty())
+        {
+            // The same observation judged at other clock times: how long this answer holds.
+            let mut obs = tick.obs.clone();
+            let mut at = |ms: i64| {
+                obs.now = DateTime::from_timestamp_millis(ms).map_or(f64::NAN, now_seconds);
+                let mut v = crate::critic::judge(&obs);
+                v.flapping = last.verdict.flapping.clone();
+                render(&v)
+            };
+            let t0 = critic_answer::clock_ms(judged_at);
+            if at(t0) == (text.clone(), code) {
+                let span = critic_answer::valid_span(t0, &mut at);
+                if let Err(e) = p.keep(span, code, text.as_bytes()) {
+                    crate::warnln!("answer cache not kept (the next check reads the log): {e:#}");
+                }
+            }
         }
-        return Ok(tick.verdict.status.exit_code());
+        return Ok(code);
     }
     super::critic_run::mark_flapping(&mut tick.verdict, &ledger, &cfg);
     let rec = ledger.append(tick.verdict.entry(&cfg.run.name, &tick.obs), clock.now())?;
@@ -207,11 +263,16 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
             "roger: warning: summary cache not kept (the next check reads the log afresh): {e}"
         );
     }
-    if args.json {
-        print_json(&tick.verdict, Filing::New(rec.seq));
+    crate::out::text(&if args.json {
+        json_text(&tick.verdict, Filing::New(rec.seq))
     } else {
-        print_human(&tick.verdict, &cfg, Filing::New(rec.seq));
-    }
+        human_text(
+            &tick.verdict,
+            &cfg,
+            Filing::New(rec.seq),
+            crate::colour::stdout(),
+        )
+    });
     Ok(tick.verdict.status.exit_code())
 }
 
@@ -299,9 +360,10 @@ fn status_word(s: Status) -> &'static str {
     s.as_str()
 }
 
-fn print_human(v: &Verdict, cfg: &Config, filing: Filing) {
+/// The verdict as `--once` prints it: a headline, a line per check.
+fn human_text(v: &Verdict, cfg: &Config, filing: Filing, on: bool) -> String {
+    use std::fmt::Write;
     let step = v.step.map_or("-".into(), |s| s.to_string());
-    let on = crate::colour::stdout();
     let filed = match filing {
         Filing::New(seq) => format!("ledger seq {seq}"),
         Filing::Unchanged(seq, ts) => format!(
@@ -309,7 +371,9 @@ fn print_human(v: &Verdict, cfg: &Config, filing: Filing) {
             ts.format("%Y-%m-%d %H:%M:%SZ")
         ),
     };
-    outln!(
+    let mut out = String::with_capacity(1024);
+    let _ = writeln!(
+        out,
         "{}: {}  step {step}  phase {}  ({filed}, config {})",
         cfg.run.name,
         crate::colour::status(&status_word(v.status).to_uppercase(), on),
@@ -320,7 +384,8 @@ fn print_human(v: &Verdict, cfg: &Config, filing: Filing) {
         // A check waiting for data (or skipped) is unknown but does not decide: say which.
         let word = c.unjudged.map_or(status_word(c.status), |u| u.as_str());
         let padded = format!("{word:<7}");
-        outln!(
+        let _ = writeln!(
+            out,
             "{} {:<12} {}",
             crate::colour::paint(&padded, word, on),
             c.check,
@@ -328,14 +393,16 @@ fn print_human(v: &Verdict, cfg: &Config, filing: Filing) {
         );
     }
     if !v.skipped.is_empty() {
-        outln!("skipped      {} (not declared)", v.skipped.join(", "));
+        let _ = writeln!(out, "skipped      {} (not declared)", v.skipped.join(", "));
     }
     if !v.flapping.is_empty() {
-        outln!(
+        let _ = writeln!(
+            out,
             "flapping     {} (see `roger hygiene flap`)",
             v.flapping.join(", ")
         );
     }
+    out
 }
 
 fn print_summary(tick: &Tick, seq: u64) {
@@ -357,7 +424,8 @@ fn print_summary(tick: &Tick, seq: u64) {
     );
 }
 
-fn print_json(v: &Verdict, filing: Filing) {
+/// The verdict as one JSON line.
+fn json_text(v: &Verdict, filing: Filing) -> String {
     let mut j = serde_json::to_value(v).expect("verdict serialises");
     match filing {
         Filing::New(seq) => j["seq"] = serde_json::json!(seq),
@@ -366,7 +434,7 @@ fn print_json(v: &Verdict, filing: Filing) {
             j["unchanged"] = serde_json::json!(true);
         }
     }
-    outln!("{}", j);
+    format!("{j}\n")
 }
 
 fn run_replay(global: &Global, args: &CriticArgs) -> Result<u8> {

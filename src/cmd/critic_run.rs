@@ -100,7 +100,7 @@ impl<'a> Runner<'a> {
         }
         let new_samples = poll.records;
         self.history.garbage_total += poll.batch.garbage_total;
-        let now_s = now.timestamp() as f64 + f64::from(now.timestamp_subsec_millis()) / 1e3;
+        let now_s = now_seconds(now);
         let mut obs = observe(&self.history, self.cfg, now_s, None);
         if observe::needs_gpu(&obs) {
             obs.gpu_vram = Some(observe::read_vram(&mut *self.gpu, &self.pids));
@@ -131,6 +131,11 @@ impl<'a> Runner<'a> {
             restarted: poll.restarted,
         })
     }
+}
+
+/// The clock as the critic judges it: unix seconds, to the millisecond.
+pub fn now_seconds(now: DateTime<Utc>) -> f64 {
+    now.timestamp() as f64 + f64::from(now.timestamp_subsec_millis()) / 1e3
 }
 
 /// The newest `want` critic verdicts of `run`, oldest first, read from the end of the

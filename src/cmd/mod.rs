@@ -4,6 +4,7 @@ pub mod bench;
 pub mod check;
 pub mod completions;
 pub mod critic;
+pub mod critic_answer;
 pub mod critic_run;
 pub mod hygiene;
 pub mod init;

@@ -18,6 +18,8 @@ pub fn repo_root() -> PathBuf {
 
 pub struct Env {
     pub dir: tempfile::TempDir,
+    /// `XDG_CACHE_HOME` of the commands run here (the critic's answer cache), outside `dir`.
+    pub cache: tempfile::TempDir,
 }
 
 pub struct Run {
@@ -76,6 +78,7 @@ impl Env {
     pub fn new() -> Env {
         Env {
             dir: tempfile::tempdir().expect("temp dir"),
+            cache: tempfile::tempdir().expect("temp dir"),
         }
     }
 
@@ -103,6 +106,7 @@ impl Env {
             .current_dir(self.dir.path())
             .env_remove("ROGER_CONFIG")
             .env_remove("RUST_LOG")
+            .env("XDG_CACHE_HOME", self.cache.path())
             .stdin(Stdio::null());
         c
     }
