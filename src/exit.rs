@@ -7,8 +7,6 @@
 //! 2 usage error. `watch` adds two codes of its own so a scheduler wrapper can tell
 //! "gave up on purpose" (75) and "preempted, requeue me" (76) from "crashed".
 
-use std::process::ExitCode;
-
 /// Judging: everything checked is fine.
 pub const OK: u8 = 0;
 /// Judging: at least one check warns, none fails.
@@ -46,10 +44,6 @@ impl Role {
             Role::Actor => NOT_DONE,
         }
     }
-}
-
-pub fn code(c: u8) -> ExitCode {
-    ExitCode::from(c)
 }
 
 /// (code, meaning) rows for `--help` and the README.

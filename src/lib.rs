@@ -37,9 +37,9 @@ mod fuzz;
 
 use clap::Parser;
 use std::ffi::OsString;
-use std::process::ExitCode;
 
-pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+/// The whole command; returns the exit code (see `exit`).
+pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
     let args: Vec<OsString> = args.into_iter().collect();
     let parsed = match cli::monitor_form(&args) {
         Some(c) => {
@@ -51,7 +51,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             }) = &c.command
             {
                 if let Some(code) = cmd::critic_answer::replay(req, *now) {
-                    return exit::code(code);
+                    return code;
                 }
             }
             Ok(c)
@@ -63,13 +63,13 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Err(e) => {
             let _ = e.print();
             if !e.use_stderr() {
-                return exit::code(0);
+                return 0;
             }
             // A typo in a monitoring check must read UNKNOWN (3), not CRITICAL (2).
-            return exit::code(match cli::role_of(&args) {
+            return match cli::role_of(&args) {
                 exit::Role::Judge => exit::UNKNOWN,
                 exit::Role::Actor => exit::USAGE,
-            });
+            };
         }
     };
     out::set_quiet(cli.quiet);
@@ -80,10 +80,10 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     };
     let (role, result) = cmd::dispatch(&global, cli.command);
     match result {
-        Ok(code) => exit::code(code),
+        Ok(code) => code,
         Err(e) => {
             eprintln!("roger: error: {e:#}");
-            exit::code(role.error_code())
+            role.error_code()
         }
     }
 }

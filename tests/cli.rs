@@ -71,6 +71,95 @@ fn the_binary_does_not_load_libgcc_s() {
     );
 }
 
+/// The binary has its own C `main` (src/main.rs): what Rust's start-up did that matters must
+/// still happen. A closed pipe on stdout is an error the command handles, not a SIGPIPE death.
+#[test]
+fn output_into_a_closed_pipe_ends_with_an_exit_code_not_a_signal() {
+    use std::os::fd::FromRawFd;
+    let env = Env::new();
+    let cfg = repo_root().join("roger.example.toml");
+    for args in [
+        &["--version"][..],
+        &["--config", cfg.to_str().unwrap(), "check"],
+    ] {
+        let mut fds = [0; 2];
+        // SAFETY: pipe(2) fills two descriptors we then own.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: fds[0] and fds[1] are open and owned by nobody else.
+        let (read, write) = unsafe {
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        };
+        drop(read);
+        let mut c = env.cmd(args);
+        let out = c
+            .stdout(std::process::Stdio::from(write))
+            .output()
+            .expect("spawn roger");
+        assert!(
+            out.status.code().is_some(),
+            "{args:?}: {:?} (killed by SIGPIPE?) {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("panicked"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Started with stdout closed, roger opens /dev/null in its place: a file it opens and keeps
+/// open (the daemon's training log) must not become its stdout and receive its lines.
+#[test]
+fn a_closed_stdout_does_not_make_the_training_log_stdout() {
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    let text = std::fs::read_to_string(repo_root().join("roger.example.toml"))
+        .unwrap()
+        .replace("examples/train_log.jsonl", "train_log.jsonl")
+        .replace("examples/roger-ledger.jsonl", "roger-ledger.jsonl");
+    env.write("roger.toml", text);
+    let log = std::fs::read_to_string(repo_root().join("examples/train_log.jsonl")).unwrap();
+    env.write("train_log.jsonl", &log);
+    let mut c = env.cmd(&["critic", "--daemon", "--interval", "100ms"]);
+    // SAFETY: close(2) between fork and exec, nothing else runs in the child.
+    unsafe {
+        c.pre_exec(|| {
+            libc::close(1);
+            Ok(())
+        });
+    }
+    let mut child = c.stderr(std::process::Stdio::null()).spawn().unwrap();
+    // The daemon's first verdict is filed (and printed) on its first tick.
+    let t0 = std::time::Instant::now();
+    while !env.read("roger-ledger.jsonl").contains("\"verdict\"")
+        && t0.elapsed() < std::time::Duration::from_secs(20)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let stdout = std::fs::read_link(format!("/proc/{}/fd/1", child.id()));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    assert_eq!(
+        stdout.ok(),
+        Some(std::path::PathBuf::from("/dev/null")),
+        "fd 1 of roger started with stdout closed"
+    );
+    assert_eq!(st.code(), Some(0));
+    assert_eq!(
+        env.read("train_log.jsonl"),
+        log,
+        "roger wrote into the training log"
+    );
+    env.run(&["ledger", "verify"]).expect(0);
+}
+
 #[test]
 fn check_prints_resolved_phases_of_the_example() {
     let env = Env::new();

@@ -231,8 +231,9 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         };
         let (text, code) = render(&tick.verdict);
         crate::out::text(&text);
-        if let Some(p) =
-            pending.filter(|_| tick.obs.gpu_vram.is_none() && tick.obs.ranks.is_empty())
+        if let Some(ready) = pending
+            .filter(|_| tick.obs.gpu_vram.is_none() && tick.obs.ranks.is_empty())
+            .and_then(Pending::settled)
         {
             // The same observation judged at other clock times: how long this answer holds.
             let mut obs = tick.obs.clone();
@@ -245,7 +246,7 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
             let t0 = critic_answer::clock_ms(judged_at);
             if at(t0) == (text.clone(), code) {
                 let span = critic_answer::valid_span(t0, &mut at);
-                if let Err(e) = p.keep(span, code, text.as_bytes()) {
+                if let Err(e) = ready.keep(span, code, text.as_bytes()) {
                     crate::warnln!("answer cache not kept (the next check reads the log): {e:#}");
                 }
             }

@@ -329,11 +329,11 @@ impl Pending {
         self.files.push((path.to_path_buf(), FileId::of(path)));
     }
 
-    /// Keep the answer, if every file read is as it was before it was read and settled.
-    /// `Ok(false)`: not kept, for a reason that needs no saying (something changed).
-    pub fn keep(self, valid_ms: (i64, i64), code: u8, stdout: &[u8]) -> Result<bool> {
+    /// An answer may be kept: nothing was said on stderr, and every file read is as it was
+    /// before it was read, and settled. `None` needs no saying (something changed).
+    pub fn settled(self) -> Option<Settled> {
         if crate::out::spoke_on_stderr() {
-            return Ok(false);
+            return None;
         }
         let now_s = Utc::now().timestamp();
         let mut files = Vec::with_capacity(self.files.len());
@@ -342,15 +342,32 @@ impl Pending {
                 (Some(b), Some(a)) if *b == a && !a.unsettled(now_s) => {
                     files.push((p.as_os_str().as_bytes().to_vec(), a))
                 }
-                _ => return Ok(false),
+                _ => return None,
             }
         }
+        Some(Settled {
+            argv: self.argv,
+            files,
+        })
+    }
+}
+
+/// A check whose answer rests on these files, as they are.
+pub struct Settled {
+    argv: Vec<OsString>,
+    files: Vec<(Vec<u8>, FileId)>,
+}
+
+impl Settled {
+    /// Keep the answer. `Ok(false)`: no place for it (no cache directory, no cwd).
+    pub fn keep(self, valid_ms: (i64, i64), code: u8, stdout: &[u8]) -> Result<bool> {
         let (Some(cwd), Some(exe)) = (cwd_bytes(), FileId::of_exe()) else {
             return Ok(false);
         };
         let Some(path) = answer_path(&cwd, &self.argv) else {
             return Ok(false);
         };
+        let files = self.files;
         let answer = Answer {
             cwd,
             argv: argv_bytes(&self.argv),
@@ -502,7 +519,7 @@ mod tests {
         };
         pending.reads(&file);
         crate::warnln!("(a test's warning: the check said something on stderr)");
-        assert!(!pending.keep((0, 0), 0, b"out").unwrap());
+        assert!(pending.settled().is_none());
     }
 
     #[test]
