@@ -8,22 +8,26 @@
 //! What is lost: a stack overflow reads as a plain SIGSEGV, without Rust's message. std's
 //! arguments and environment are set up by glibc either way.
 
-#![no_main]
+// The test harness of this target brings its own `main`.
+#![cfg_attr(not(test), no_main)]
 
-use std::ffi::c_int;
-
+#[cfg(not(test))]
 #[no_mangle]
-pub extern "C" fn main(_argc: c_int, _argv: *const *const std::ffi::c_char) -> c_int {
+pub extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
     keep_standard_fds_open();
     // SAFETY: setting a signal's disposition to "ignore" before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let code = roger::run(std::env::args_os());
     // Rust's own exit path flushes stdout; returning to C does not.
     let _ = std::io::Write::flush(&mut std::io::stdout());
-    c_int::from(code)
+    std::ffi::c_int::from(code)
 }
 
 /// A descriptor among 0-2 that was closed is opened on /dev/null, as Rust's start-up does.
+#[cfg(not(test))]
 fn keep_standard_fds_open() {
     let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
         fd,
