@@ -415,27 +415,33 @@ fn write_private(path: &Path, data: &[u8]) -> Result<()> {
 
 /// The clock times (unix ms, inclusive, within [`HORIZON_MS`]) around `t0` at which
 /// `render` gives what it gives at `t0`. A verdict changes with the clock only through
-/// ages that grow with it (staleness), so each rendering holds over one interval: found by
-/// doubling then halving on each side, then confirmed at 16 points inside (any difference:
-/// only `t0` itself).
+/// ages that grow with it (staleness), so each rendering holds over one interval: found on
+/// each side by steps growing eightfold, then halving to within 1/256 of the distance (an
+/// edge found short only costs a check later), then confirmed at 16 points inside (any
+/// difference: only `t0` itself). Each rendering is a whole judgement (~80 µs): about 40 to
+/// 60 of them.
 pub fn valid_span<T: PartialEq>(t0: i64, render: &mut dyn FnMut(i64) -> T) -> (i64, i64) {
     let at_t0 = render(t0);
     let mut edge = |dir: i64| -> i64 {
-        // `same` renders as t0 does; `differs` does not (or is past the horizon).
+        // `same` renders as t0 does; `differs` does not.
         let (mut same, mut step) = (0i64, 1i64);
         let mut differs = loop {
             if step > HORIZON_MS {
-                break HORIZON_MS + 1;
+                // Doubled past the horizon unchanged (a finished run, no age shown).
+                if render(t0 + dir * HORIZON_MS) == at_t0 {
+                    return t0 + dir * HORIZON_MS;
+                }
+                break HORIZON_MS;
             }
             if render(t0 + dir * step) != at_t0 {
                 break step;
             }
             same = step;
-            step *= 2;
+            step *= 8;
         };
-        while differs - same > 1 {
+        while differs - same > (same / 256).max(1) {
             let mid = same + (differs - same) / 2;
-            if mid <= HORIZON_MS && render(t0 + dir * mid) == at_t0 {
+            if render(t0 + dir * mid) == at_t0 {
                 same = mid;
             } else {
                 differs = mid;
@@ -540,23 +546,43 @@ mod tests {
             calls += 1;
             (t - 1_000_000).div_euclid(1000)
         };
-        assert_eq!(valid_span(1_234_567, &mut seconds), (1_234_000, 1_234_999));
-        assert!(calls < 120, "{calls} renderings");
+        let (from, until) = valid_span(1_234_567, &mut seconds);
+        // Found to within 1/256 of the distance, never past the edge.
+        assert!((1_234_000..=1_234_002).contains(&from), "{from}");
+        assert!((1_234_998..=1_234_999).contains(&until), "{until}");
+        assert!(calls < 60, "{calls} renderings");
         // Status flips at a limit, then never changes again: valid to the horizon.
         let mut flip = |t: i64| t > 5_000;
-        assert_eq!(valid_span(7_000, &mut flip), (5_001, 7_000 + HORIZON_MS));
-        assert_eq!(valid_span(10, &mut flip), (10 - HORIZON_MS, 5_000));
+        let (from, until) = valid_span(7_000, &mut flip);
+        assert!((5_001..=5_008).contains(&from) && until == 7_000 + HORIZON_MS);
+        let (from, until) = valid_span(10, &mut flip);
+        assert!(
+            from == 10 - HORIZON_MS && (4_970..=5_000).contains(&until),
+            "{until}"
+        );
         // Nothing depends on the clock.
-        assert_eq!(valid_span(0, &mut |_| "same"), (-HORIZON_MS, HORIZON_MS));
+        let mut calls = 0;
+        let mut constant = |_| {
+            calls += 1;
+            "same"
+        };
+        assert_eq!(valid_span(0, &mut constant), (-HORIZON_MS, HORIZON_MS));
+        assert!(calls <= 2 * 13 + 17, "{calls} renderings");
         // Every millisecond different (a JSON age with decimals).
         assert_eq!(valid_span(42, &mut |t| t), (42, 42));
-        // The same text again after a different one: the span ends before the difference.
-        let mut comes_back = |t: i64| !(100..200).contains(&t);
-        assert_eq!(valid_span(0, &mut comes_back), (-HORIZON_MS, 99));
-        // A difference the doubling and halving step over (between 2^34 and 2^35 ms) is
-        // caught by the points inside: only t0 itself is trusted.
+        // The same text again after a different one that a step lands in: the span ends
+        // before the difference. (One shorter than a step can be stepped over; a verdict's
+        // text never comes back, its ages only grow.)
+        let mut comes_back = |t: i64| !(300..600).contains(&t);
+        let (from, until) = valid_span(0, &mut comes_back);
+        assert!(
+            from == -HORIZON_MS && (298..=299).contains(&until),
+            "{until}"
+        );
+        // A difference the steps go over (between 8^11 ms and the horizon) is caught by the
+        // points inside: only t0 itself is trusted.
         let gap = HORIZON_MS / 2 + 1000..=HORIZON_MS / 2 + 1000 + HORIZON_MS / 8;
-        assert!(!gap.contains(&(1 << 34)) && !gap.contains(&(1 << 35)));
+        assert!(*gap.start() > 1 << 33 && *gap.end() < HORIZON_MS);
         let mut hidden = |t: i64| !gap.contains(&t);
         assert_eq!(valid_span(0, &mut hidden), (0, 0));
     }
