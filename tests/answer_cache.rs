@@ -100,6 +100,20 @@ fn a_repeated_check_answers_from_its_answer_until_anything_it_read_changes() {
     // (A check not answered keeps its own answer in place of the one it could not use.)
     assert!(!answered(&once(&env, t, &[])));
     mark(&env);
+    // An answer others could have written (group- or world-writable, or not ours): not taken.
+    use std::os::unix::fs::PermissionsExt;
+    let file = &answers(&env)[0];
+    std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert!(!answered(&once(&env, t, &[])));
+    once(&env, t, &[]);
+    mark(&env);
+    assert!(answered(&once(&env, t, &[])));
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(&answers(&env)[0], Some(65534), None).unwrap();
+        assert!(!answered(&once(&env, t, &[])));
+        once(&env, t, &[]);
+        mark(&env);
+    }
     // Another environment: not answered; turned off: not answered.
     assert!(!answered(&once(&env, t, &[("SOME_VAR", "1")])));
     once(&env, t, &[]);

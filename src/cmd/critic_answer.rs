@@ -279,7 +279,7 @@ pub fn replay(req: &Request, now: Option<DateTime<Utc>>) -> Option<u8> {
         return None;
     }
     let cwd = cwd_bytes()?;
-    let data = std::fs::read(answer_path(&cwd, &req.argv)?).ok()?;
+    let data = read_own(&answer_path(&cwd, &req.argv)?)?;
     let a = Answer::decode(&data)?;
     let now_ms = clock_ms(now.unwrap_or_else(Utc::now));
     let fits = a.cwd == cwd
@@ -303,6 +303,21 @@ pub fn replay(req: &Request, now: Option<DateTime<Utc>>) -> Option<u8> {
         );
     }
     Some(a.code)
+}
+
+/// The file's bytes, if it is ours and only we can write it: an answer someone else could
+/// have written is not taken (a shared `XDG_CACHE_HOME`, a directory others may write).
+fn read_own(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let mut f = std::fs::File::open(path).ok()?;
+    let m = f.metadata().ok()?;
+    if m.uid() != nix::unistd::geteuid().as_raw() || m.mode() & 0o022 != 0 {
+        return None;
+    }
+    let mut data = Vec::with_capacity(m.len() as usize);
+    f.read_to_end(&mut data).ok()?;
+    Some(data)
 }
 
 /// A check that may leave its answer: the files it reads, each identified before it is read.
