@@ -140,15 +140,10 @@ fn a_repeated_check_answers_from_its_answer_until_anything_it_read_changes() {
     mark(&env);
     assert!(answered(&once(&env, t, &[])));
     // A new step in the log: read, judged and filed.
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(env.path("train.jsonl"))
-        .unwrap();
-    std::io::Write::write_all(
-        &mut f,
-        b"{\"step\": 41, \"time\": 1748736000, \"loss\": 2.5}\n",
-    )
-    .unwrap();
+    env.append(
+        "train.jsonl",
+        "{\"step\": 41, \"time\": 1748736000, \"loss\": 2.5}\n",
+    );
     let after = once(&env, t, &[]).expect(2);
     assert!(!answered(&after));
     after.stdout_has("step 41").stdout_has("(ledger seq 4,");

@@ -430,15 +430,10 @@ fn a_repeated_check_files_only_what_changed() {
         .expect(0)
         .stdout_has("(ledger seq 2,");
     // A new sample is filed.
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(env.path("train.jsonl"))
-        .unwrap();
-    std::io::Write::write_all(
-        &mut f,
-        b"{\"step\": 3, \"time\": 1748735200, \"loss\": 2.2}\n",
-    )
-    .unwrap();
+    env.append(
+        "train.jsonl",
+        "{\"step\": 3, \"time\": 1748735200, \"loss\": 2.2}\n",
+    );
     once(t0, &[]).expect(0).stdout_has("(ledger seq 3,");
     // Two hours later, no new sample: stale fails now, a changed status, filed.
     let t2 = "2025-06-01T02:00:00Z";

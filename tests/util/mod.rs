@@ -95,6 +95,15 @@ impl Env {
         p
     }
 
+    /// Append to a file (same inode, as a training appends to its log).
+    pub fn append(&self, rel: &str, content: impl AsRef<[u8]>) {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.path(rel))
+            .unwrap();
+        std::io::Write::write_all(&mut f, content.as_ref()).unwrap();
+    }
+
     pub fn read(&self, rel: &str) -> String {
         std::fs::read_to_string(self.path(rel)).unwrap_or_default()
     }
