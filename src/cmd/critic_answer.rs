@@ -394,7 +394,41 @@ impl Settled {
             stdout: stdout.to_vec(),
         };
         write_private(&path, &answer.encode())?;
+        if let Some(dir) = path.parent() {
+            prune(dir, std::time::SystemTime::now());
+        }
         Ok(true)
+    }
+}
+
+/// An answer not written again in this long is dropped when another is kept (a directory
+/// checked once, a command line changed): the cache stays as small as the checks that use it.
+/// One still in use is only rebuilt by its next check.
+const UNUSED_FOR: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+
+/// Drop answers last written before `now - UNUSED_FOR` and temporary files left by a check
+/// that died while writing one (older than an hour). Only names this module writes.
+fn prune(dir: &Path, now: std::time::SystemTime) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let answer = name.len() == 16 && name.bytes().all(|b| b.is_ascii_hexdigit());
+        let temporary = name.starts_with('.') && name.ends_with(".tmp");
+        let limit = match (answer, temporary) {
+            (true, _) => UNUSED_FOR,
+            (_, true) => std::time::Duration::from_secs(3600),
+            _ => continue,
+        };
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > limit));
+        if old {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 
@@ -541,6 +575,41 @@ mod tests {
         pending.reads(&file);
         crate::warnln!("(a test's warning: the check said something on stderr)");
         assert!(pending.settled().is_none());
+    }
+
+    #[test]
+    fn answers_unused_for_30_days_and_dead_temporaries_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = std::time::SystemTime::now();
+        let day = std::time::Duration::from_secs(86_400);
+        let file = |name: &str, age: std::time::Duration| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, "x").unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_modified(now - age)
+                .unwrap();
+        };
+        file("00112233445566aa", 31 * day);
+        file("00112233445566bb", 29 * day);
+        file(".00112233445566cc.42.tmp", day);
+        file(
+            ".00112233445566dd.42.tmp",
+            std::time::Duration::from_secs(60),
+        );
+        file("notes.txt", 400 * day);
+        prune(dir.path(), now);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [".00112233445566dd.42.tmp", "00112233445566bb", "notes.txt"]
+        );
     }
 
     #[test]
