@@ -5,37 +5,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 static CLOSED: AtomicBool = AtomicBool::new(false);
 
-/// Print one line to stdout; once the reader has gone, further output is dropped silently.
-pub fn line(args: std::fmt::Arguments<'_>) {
+/// Write to stdout and flush; once the reader has gone, further output is dropped silently.
+fn write(f: impl FnOnce(&mut std::io::StdoutLock<'static>) -> std::io::Result<()>) {
     if CLOSED.load(Ordering::Relaxed) {
         return;
     }
     let mut stdout = std::io::stdout().lock();
-    let result = stdout
-        .write_fmt(args)
-        .and_then(|_| stdout.write_all(b"\n"))
-        .and_then(|_| stdout.flush());
-    if let Err(e) = result {
+    if let Err(e) = f(&mut stdout).and_then(|_| stdout.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             CLOSED.store(true, Ordering::Relaxed);
         }
     }
 }
 
+/// Print one line to stdout.
+pub fn line(args: std::fmt::Arguments<'_>) {
+    write(|out| out.write_fmt(args).and_then(|_| out.write_all(b"\n")));
+}
+
 /// Write `text` (whole lines) to stdout, as [`line`] does.
 pub fn text(text: &str) {
-    if CLOSED.load(Ordering::Relaxed) {
-        return;
-    }
-    let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout
-        .write_all(text.as_bytes())
-        .and_then(|_| stdout.flush())
-    {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            CLOSED.store(true, Ordering::Relaxed);
-        }
-    }
+    write(|out| out.write_all(text.as_bytes()));
 }
 
 /// `outln!("...", args)`: println! that tolerates a closed stdout.

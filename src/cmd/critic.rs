@@ -231,8 +231,9 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         };
         let (text, code) = render(&tick.verdict);
         crate::out::text(&text);
+        // (Other ranks' logs were ruled out with the files above.)
         if let Some(ready) = pending
-            .filter(|_| tick.obs.gpu_vram.is_none() && tick.obs.ranks.is_empty())
+            .filter(|_| tick.obs.gpu_vram.is_none())
             .and_then(Pending::settled)
         {
             // The same observation judged at other clock times: how long this answer holds.
@@ -244,9 +245,9 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
                 render(&v)
             };
             let t0 = critic_answer::clock_ms(judged_at);
-            if at(t0) == (text.clone(), code) {
-                let span = critic_answer::valid_span(t0, &mut at);
-                if let Err(e) = ready.keep(span, code, text.as_bytes()) {
+            let printed = (text, code);
+            if let Some(span) = critic_answer::valid_span(t0, &printed, &mut at) {
+                if let Err(e) = ready.keep(span, code, printed.0.as_bytes()) {
                     crate::warnln!("answer cache not kept (the next check reads the log): {e:#}");
                 }
             }

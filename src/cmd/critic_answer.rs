@@ -279,11 +279,14 @@ pub fn replay(req: &Request, now: Option<DateTime<Utc>>) -> Option<u8> {
         return None;
     }
     let cwd = cwd_bytes()?;
-    let data = read_own(&answer_path(&cwd, &req.argv)?)?;
-    let a = Answer::decode(&data)?;
+    let path = answer_path(&cwd, &req.argv)?;
+    let a = Answer::decode(&read_own(&path)?)?;
     let now_ms = clock_ms(now.unwrap_or_else(Utc::now));
     let fits = a.cwd == cwd
-        && a.argv == argv_bytes(&req.argv)
+        && a.argv
+            .iter()
+            .map(Vec::as_slice)
+            .eq(req.argv.iter().map(|a| a.as_bytes()))
         && (a.valid_ms.0..=a.valid_ms.1).contains(&now_ms)
         && a.env == env_digest()
         && FileId::of_exe() == Some(a.exe)
@@ -299,7 +302,7 @@ pub fn replay(req: &Request, now: Option<DateTime<Utc>>) -> Option<u8> {
     if setting().is_some_and(|v| v == "say") {
         eprintln!(
             "roger: note: answered from the answer kept in {} (nothing it read has changed)",
-            answer_path(&cwd, &req.argv)?.display()
+            path.display()
         );
     }
     Some(a.code)
@@ -463,26 +466,33 @@ fn write_private(path: &Path, data: &[u8]) -> Result<()> {
 }
 
 /// The clock times (unix ms, inclusive, within [`HORIZON_MS`]) around `t0` at which
-/// `render` gives what it gives at `t0`. A verdict changes with the clock only through
+/// `render` gives `at_t0`; `None` when it does not give it at `t0` itself (what was printed
+/// is not what judging the observation again gives). A verdict changes with the clock only through
 /// ages that grow with it (staleness), so each rendering holds over one interval: found on
 /// each side by steps growing eightfold, then halving to within 1/256 of the distance (an
 /// edge found short only costs a check later), then confirmed at 16 points inside (any
 /// difference: only `t0` itself). Each rendering is a whole judgement (~80 µs): about 40 to
 /// 60 of them.
-pub fn valid_span<T: PartialEq>(t0: i64, render: &mut dyn FnMut(i64) -> T) -> (i64, i64) {
-    let at_t0 = render(t0);
+pub fn valid_span<T: PartialEq>(
+    t0: i64,
+    at_t0: &T,
+    render: &mut dyn FnMut(i64) -> T,
+) -> Option<(i64, i64)> {
+    if render(t0) != *at_t0 {
+        return None;
+    }
     let mut edge = |dir: i64| -> i64 {
         // `same` renders as t0 does; `differs` does not.
         let (mut same, mut step) = (0i64, 1i64);
         let mut differs = loop {
             if step > HORIZON_MS {
                 // Doubled past the horizon unchanged (a finished run, no age shown).
-                if render(t0 + dir * HORIZON_MS) == at_t0 {
+                if render(t0 + dir * HORIZON_MS) == *at_t0 {
                     return t0 + dir * HORIZON_MS;
                 }
                 break HORIZON_MS;
             }
-            if render(t0 + dir * step) != at_t0 {
+            if render(t0 + dir * step) != *at_t0 {
                 break step;
             }
             same = step;
@@ -490,7 +500,7 @@ pub fn valid_span<T: PartialEq>(t0: i64, render: &mut dyn FnMut(i64) -> T) -> (i
         };
         while differs - same > (same / 256).max(1) {
             let mid = same + (differs - same) / 2;
-            if render(t0 + dir * mid) == at_t0 {
+            if render(t0 + dir * mid) == *at_t0 {
                 same = mid;
             } else {
                 differs = mid;
@@ -499,12 +509,8 @@ pub fn valid_span<T: PartialEq>(t0: i64, render: &mut dyn FnMut(i64) -> T) -> (i
         t0 + dir * same
     };
     let (from, until) = (edge(-1), edge(1));
-    let inside = (1..=16).all(|i| render(from + (until - from) / 17 * i) == at_t0);
-    if inside {
-        (from, until)
-    } else {
-        (t0, t0)
-    }
+    let inside = (1..=16).all(|i| render(from + (until - from) / 17 * i) == *at_t0);
+    Some(if inside { (from, until) } else { (t0, t0) })
 }
 
 #[cfg(test)]
@@ -630,16 +636,16 @@ mod tests {
             calls += 1;
             (t - 1_000_000).div_euclid(1000)
         };
-        let (from, until) = valid_span(1_234_567, &mut seconds);
+        let (from, until) = valid_span(1_234_567, &234, &mut seconds).unwrap();
         // Found to within 1/256 of the distance, never past the edge.
         assert!((1_234_000..=1_234_002).contains(&from), "{from}");
         assert!((1_234_998..=1_234_999).contains(&until), "{until}");
         assert!(calls < 60, "{calls} renderings");
         // Status flips at a limit, then never changes again: valid to the horizon.
         let mut flip = |t: i64| t > 5_000;
-        let (from, until) = valid_span(7_000, &mut flip);
+        let (from, until) = valid_span(7_000, &true, &mut flip).unwrap();
         assert!((5_001..=5_008).contains(&from) && until == 7_000 + HORIZON_MS);
-        let (from, until) = valid_span(10, &mut flip);
+        let (from, until) = valid_span(10, &false, &mut flip).unwrap();
         assert!(
             from == 10 - HORIZON_MS && (4_970..=5_000).contains(&until),
             "{until}"
@@ -650,15 +656,20 @@ mod tests {
             calls += 1;
             "same"
         };
-        assert_eq!(valid_span(0, &mut constant), (-HORIZON_MS, HORIZON_MS));
+        assert_eq!(
+            valid_span(0, &"same", &mut constant),
+            Some((-HORIZON_MS, HORIZON_MS))
+        );
         assert!(calls <= 2 * 13 + 17, "{calls} renderings");
         // Every millisecond different (a JSON age with decimals).
-        assert_eq!(valid_span(42, &mut |t| t), (42, 42));
+        assert_eq!(valid_span(42, &42, &mut |t| t), Some((42, 42)));
+        // Judged again at t0, the rendering is not what was printed: no span at all.
+        assert_eq!(valid_span(42, &41, &mut |t| t), None);
         // The same text again after a different one that a step lands in: the span ends
         // before the difference. (One shorter than a step can be stepped over; a verdict's
         // text never comes back, its ages only grow.)
         let mut comes_back = |t: i64| !(300..600).contains(&t);
-        let (from, until) = valid_span(0, &mut comes_back);
+        let (from, until) = valid_span(0, &true, &mut comes_back).unwrap();
         assert!(
             from == -HORIZON_MS && (298..=299).contains(&until),
             "{until}"
@@ -668,6 +679,6 @@ mod tests {
         let gap = HORIZON_MS / 2 + 1000..=HORIZON_MS / 2 + 1000 + HORIZON_MS / 8;
         assert!(*gap.start() > 1 << 33 && *gap.end() < HORIZON_MS);
         let mut hidden = |t: i64| !gap.contains(&t);
-        assert_eq!(valid_span(0, &mut hidden), (0, 0));
+        assert_eq!(valid_span(0, &true, &mut hidden), Some((0, 0)));
     }
 }
