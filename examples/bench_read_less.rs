@@ -1,12 +1,9 @@
 //! Benchmark of "read only what a verdict needs", for README numbers: the real `roger
 //! critic --once` on a generated JSONL log (default 1 GiB, from page cache) — the first call
 //! (no summary cache: judged from a stretch at the end), a repeated call on the unchanged
-//! log (the summary cache, the answer cache off), a call after 1000 lines were appended, and
-//! `--full-read` — side by side with `wc -l` and `tail -n 1000` on the same file, best of 3
-//! each; then, 2 s later (as a monitor calling every few minutes finds the files: the answer
-//! cache only trusts settled files), `tail -n 1000`, the repeated call answered from the
-//! answer cache and the repeated call without it, alternating (`--pairs`, default 51),
-//! medians.
+//! log (the summary cache), a call after 1000 lines were appended, and `--full-read` — side by
+//! side with `wc -l` and `tail -n 1000` on the same file, best of 3 each; then `tail -n 1000`
+//! and the repeated call alternating (`--pairs`, default 51), medians.
 //!
 //!     cargo build --release --bin roger --example bench_read_less
 //!     target/release/examples/bench_read_less [--size-mib 1024] [--dir /tmp] [--pairs 51]
@@ -114,22 +111,16 @@ fn main() {
         log.display()
     );
     let cache = dir.join("roger-ledger.jsonl.critic-cache");
-    // `answers`: the answer cache on (the default) or off (ROGER_ANSWER_CACHE=off).
-    let once_as = |extra: &'static [&'static str], answers: bool| {
+    let once = |extra: &'static [&'static str]| {
         let (roger, dir) = (roger.clone(), dir.clone());
         move || {
             let mut c = Command::new(&roger);
             c.current_dir(&dir)
-                .env("XDG_CACHE_HOME", dir.join("cache"))
                 .args(["critic", "--once", "--now", "2023-11-14T22:15:00Z"])
                 .args(extra);
-            if !answers {
-                c.env("ROGER_ANSWER_CACHE", "off");
-            }
             c
         }
     };
-    let once = |extra: &'static [&'static str]| once_as(extra, true);
     let rm_cache = || {
         let _ = std::fs::remove_file(&cache);
     };
@@ -152,7 +143,7 @@ fn main() {
         },
     );
     let first = best_of(3, rm_cache, once(&[]));
-    let repeated = best_of(3, || {}, once_as(&[], false));
+    let repeated = best_of(3, || {}, once(&[]));
     let mut next = steps;
     let appended = best_of(
         3,
@@ -168,17 +159,11 @@ fn main() {
         },
         once(&[]),
     );
-    // The goal's comparison, fairly on a busy machine: tail and the repeated check with and
-    // without its answer cache alternating, many times; the median of each and of the
-    // per-pair ratio. First the files settle and one check keeps its answer.
-    std::thread::sleep(Duration::from_millis(2100));
-    best_of(1, || {}, once(&[]));
-    let answered = best_of(3, || {}, once(&[]));
+    // The comparison, fairly on a busy machine: tail and the repeated check alternating,
+    // many times; the median of each and of the per-pair ratio.
     let pairs: usize = arg("--pairs").map_or(51, |s| s.parse().expect("--pairs N"));
     let mut walls = (Vec::new(), Vec::new(), Vec::new());
-    let mut unanswered = Vec::new();
     let repeat = once(&[]);
-    let repeat_off = once_as(&[], false);
     for _ in 0..pairs {
         let t = best_of(
             1,
@@ -190,7 +175,6 @@ fn main() {
             },
         );
         let r = best_of(1, || {}, &repeat);
-        unanswered.push(best_of(1, || {}, &repeat_off).0.as_secs_f64());
         walls.0.push(t.0.as_secs_f64());
         walls.1.push(r.0.as_secs_f64());
         walls.2.push(r.0.as_secs_f64() / t.0.as_secs_f64());
@@ -213,17 +197,15 @@ fn main() {
     row("wc -l", wc);
     row("tail -n 1000", tail);
     row("critic --once, first call (no cache)", first);
-    row("critic --once, repeated, answer cache off", repeated);
-    row("critic --once, repeated, answered", answered);
+    row("critic --once, repeated", repeated);
     row("critic --once, 1000 lines appended since", appended);
     row("critic --once --full-read", full);
     println!(
         "\n{pairs} alternating rounds: tail -n 1000 median {:.3} ms, repeated critic --once \
-         (answered) median {:.3} ms, median ratio {:.2}x; without the answer cache median {:.3} ms",
+         median {:.3} ms, median ratio {:.2}x",
         median(&mut walls.0) * 1e3,
         median(&mut walls.1) * 1e3,
         median(&mut walls.2),
-        median(&mut unanswered) * 1e3
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,18 +2,46 @@
 //! subcommand's Args struct lives beside its handler in `cmd/`.
 
 use crate::cmd;
+use crate::exit::Role;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
-const AFTER_HELP: &str = "\
+/// `--help`'s closing text: the exit codes by role (from `exit::ROLES`), config, first steps.
+fn after_help() -> String {
+    let wrap = |names: Vec<&str>| {
+        let mut lines = vec![String::new()];
+        for n in names {
+            let last = lines.last_mut().unwrap();
+            if !last.is_empty() && last.len() + n.len() + 2 > 84 {
+                lines.push(String::new());
+            }
+            let last = lines.last_mut().unwrap();
+            if !last.is_empty() {
+                last.push_str(", ");
+            }
+            last.push_str(n);
+        }
+        lines.join(",\n    ")
+    };
+    format!(
+        "\
 Exit codes:
-  judging commands (critic --once, probe, hygiene checks, bench, check, status, quarantine prove):
+  judging commands:
+    {}
     0 ok   1 warn   2 fail   3 unknown (could not judge; a usage error too)
-  acting commands (init, publish, watch, quarantine add/release, ledger):
+  acting commands:
+    {}
     0 done   1 not done (cause on stderr)   2 usage error
   watch: 75 = breaker open or relaunch budget spent: do not restart
          76 = [preempt] hand-off done: requeue me (requeue_exit_code)
 
+{AFTER_HELP}",
+        wrap(crate::exit::commands_of(Role::Judge)),
+        wrap(crate::exit::commands_of(Role::Actor)),
+    )
+}
+
+const AFTER_HELP: &str = "\
 Config: ./roger.toml, or --config FILE / ROGER_CONFIG. See roger.example.toml.
 Colour: --color auto|always|never; NO_COLOR and CLICOLOR_FORCE are honoured.
 
@@ -28,7 +56,7 @@ First steps:
 /// checkpoints intact and fixes what can be fixed — always writing the reason to an
 /// append-only, hash-chained ledger first.
 #[derive(Debug, Parser)]
-#[command(name = "roger", version, after_help = AFTER_HELP, propagate_version = true)]
+#[command(name = "roger", version, after_help = after_help(), propagate_version = true)]
 pub struct Cli {
     /// Config file (default: ./roger.toml if present).
     #[arg(short, long, global = true, env = "ROGER_CONFIG", value_name = "FILE")]
@@ -102,108 +130,39 @@ pub enum Command {
     Completions(cmd::completions::CompletionsArgs),
 }
 
-/// Subcommands that judge (their usage errors exit 3, UNKNOWN): named here, from the raw
-/// command line, because a command line that does not parse has no `Command` to ask.
-const JUDGES: &[&str] = &["critic", "probe", "bench", "check", "status"];
-
-/// Whether a (possibly malformed) command line names a judging command. Global options
-/// before the subcommand are skipped (`-c FILE`, `--config FILE`, `-v`, `-q`).
-pub fn role_of(args: &[std::ffi::OsString]) -> crate::exit::Role {
-    use crate::exit::Role;
-    let words: Vec<String> = args
-        .iter()
-        .skip(1)
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let mut it = words.iter();
-    let mut command = None;
-    while let Some(w) = it.next() {
-        if w == "-c" || w == "--config" {
-            it.next();
-        } else if !w.starts_with('-') {
-            command = Some(w.as_str());
-            break;
+/// A parsed command line and the role of its subcommand (`exit::ROLES`); a command line that
+/// does not parse comes back as clap's error with the role of the subcommand it names, which
+/// clap finds by parsing it again with errors ignored (`roger --color never critic --bogus`
+/// names `critic`, not `never`).
+pub fn parse(args: &[std::ffi::OsString]) -> Result<(Cli, Role), (clap::Error, Role)> {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = Cli::command();
+    match cmd.try_get_matches_from_mut(args) {
+        Ok(mut m) => {
+            let role = crate::exit::role(&subcommand_path(&m));
+            Cli::from_arg_matches_mut(&mut m)
+                .map(|cli| (cli, role))
+                .map_err(|e| (e.format(&mut cmd), role))
         }
-    }
-    let rest: Vec<&str> = it.map(String::as_str).collect();
-    let first_of = |names: &[&str]| rest.iter().find(|w| names.contains(w)).copied();
-    let judge = match command {
-        Some(c) if JUDGES.contains(&c) => true,
-        Some("hygiene") => first_of(&["disk", "clean", "flap", "regress"]) != Some("clean"),
-        Some("quarantine") => matches!(
-            first_of(&["add", "list", "show", "prove", "release", "purge", "scan"]),
-            Some("prove" | "scan")
-        ),
-        _ => false,
-    };
-    if judge {
-        Role::Judge
-    } else {
-        Role::Actor
+        Err(e) => {
+            let named = Cli::command()
+                .ignore_errors(true)
+                .try_get_matches_from(args)
+                .map(|m| subcommand_path(&m))
+                .unwrap_or_default();
+            Err((e, crate::exit::role(&named)))
+        }
     }
 }
 
-/// The command line monitors call every few minutes — `roger critic [--once] [--json]
-/// [--heartbeat] [--full-read] [--now RFC3339]` with `-q` and `-c/--config FILE` anywhere
-/// after `roger` — read without clap. Even deferred, clap's tree cost a repeated check 0.3 M instructions
-/// and 45 page faults (a fifth of its time); this costs a few hundred. Anything else — any
-/// other flag, a repeated one, a value that looks like a flag, `ROGER_CONFIG` set (clap
-/// reads it) — is `None`, and clap parses it and reports errors as it always did. The tests
-/// prove the answer equals clap's on every combination of these words.
-pub fn monitor_form(args: &[std::ffi::OsString]) -> Option<Cli> {
-    if std::env::var_os("ROGER_CONFIG").is_some() {
-        return None;
+/// The subcommand names a parse reached, from the top (`["quarantine", "prove"]`).
+fn subcommand_path(mut m: &clap::ArgMatches) -> Vec<String> {
+    let mut path = Vec::new();
+    while let Some((name, sub)) = m.subcommand() {
+        path.push(name.to_string());
+        m = sub;
     }
-    let (mut config, mut quiet, mut critic) = (None, false, false);
-    let (mut once, mut json, mut heartbeat, mut full_read) = (false, false, false, false);
-    let mut now = None;
-    let mut words = args.iter().skip(1);
-    let set = |flag: &mut bool| (!std::mem::replace(flag, true)).then_some(());
-    while let Some(w) = words.next() {
-        let w = w.to_str()?;
-        match w {
-            "critic" if !critic => critic = true,
-            "-q" | "--quiet" => set(&mut quiet)?,
-            "-c" | "--config" if config.is_none() => {
-                let v = words.next()?;
-                if v.is_empty() || v.to_str().is_some_and(|v| v.starts_with('-')) {
-                    return None;
-                }
-                config = Some(PathBuf::from(v));
-            }
-            "--once" if critic => set(&mut once)?,
-            "--json" if critic => set(&mut json)?,
-            "--heartbeat" if critic => set(&mut heartbeat)?,
-            "--full-read" if critic => set(&mut full_read)?,
-            // Parsed as clap's value parser does (`FromStr`); a bad one is clap's to report.
-            "--now" if critic && now.is_none() => now = Some(words.next()?.to_str()?.parse().ok()?),
-            _ => match w.strip_prefix("--config=") {
-                Some(v) if config.is_none() && !v.is_empty() => config = Some(PathBuf::from(v)),
-                _ => return None,
-            },
-        }
-    }
-    critic.then(|| Cli {
-        config,
-        verbose: 0,
-        quiet,
-        color: crate::colour::When::Auto,
-        command: Command::Critic(cmd::critic::CriticArgs {
-            once,
-            daemon: false,
-            replay: false,
-            interval: None,
-            heartbeat,
-            ledger: None,
-            log: None,
-            now,
-            pids: Vec::new(),
-            full_read,
-            json,
-            format: None,
-            answer: (!heartbeat && !full_read).then(|| cmd::critic_answer::Request::new(args)),
-        }),
-    })
+    path
 }
 
 /// Options every subcommand sees, turned into plain values.
@@ -237,78 +196,84 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
 
-    /// Every sequence of up to four of these words, `critic` placed anywhere: where the
-    /// monitor form answers, clap answers the same (compared as printed).
+    /// Every subcommand `--help` shows is listed in `exit::ROLES` (its usage errors and its
+    /// failures exit by that role), and every listed path is a subcommand.
     #[test]
-    fn the_monitor_form_is_what_clap_would_parse() {
-        let words: &[&[&str]] = &[
-            &["--once"],
-            &["--json"],
-            &["--heartbeat"],
-            &["--full-read"],
-            &["-q"],
-            &["--quiet"],
-            &["--config", "a.toml"],
-            &["-c", "b.toml"],
-            &["--config=c.toml"],
-            &["--now", "2023-11-14T22:15:00Z"],
-            &["--now", "2023-11-14 22:15:00+02:00"],
-            &["--now", "yesterday"],
-            &["--config", "-x"],
-            &["--config="],
-            &["--daemon"],
-            &["-v"],
-            &["critic"],
-        ];
-        let (mut answered, mut compared) = (0, 0);
-        let mut seq = vec![0usize; 0];
-        fn each(n: usize, k: usize, seq: &mut Vec<usize>, f: &mut dyn FnMut(&[usize])) {
-            f(seq);
-            if seq.len() < k {
-                for i in 0..n {
-                    seq.push(i);
-                    each(n, k, seq, f);
-                    seq.pop();
-                }
+    fn every_subcommand_has_a_role() {
+        fn walk(cmd: &clap::Command, path: &str, found: &mut Vec<String>) {
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                let p = format!("{path}{}", sub.get_name());
+                walk(sub, &format!("{p} "), found);
+                found.push(p);
             }
         }
-        each(words.len(), 4, &mut seq, &mut |picked| {
-            for at in 0..=picked.len() {
-                let mut argv: Vec<std::ffi::OsString> = vec!["roger".into()];
-                for (i, &p) in picked.iter().enumerate() {
-                    if i == at {
-                        argv.push("critic".into());
-                    }
-                    argv.extend(words[p].iter().map(Into::into));
-                }
-                if at == picked.len() {
-                    argv.push("critic".into());
-                }
-                compared += 1;
-                if let Some(mut fast) = monitor_form(&argv) {
-                    answered += 1;
-                    // The answer cache's key is the monitor form's own addition.
-                    if let Command::Critic(a) = &mut fast.command {
-                        a.answer = None;
-                    }
-                    let clap = Cli::try_parse_from(&argv)
-                        .unwrap_or_else(|e| panic!("{argv:?}: fast path answered, clap: {e}"));
-                    assert_eq!(format!("{fast:?}"), format!("{clap:?}"), "{argv:?}");
-                }
-            }
-        });
-        // Not vacuous: the forms monitors use are answered without clap.
-        assert!(answered > 2_000, "{answered} of {compared}");
-        for argv in [
-            &["roger", "critic"][..],
-            &["roger", "critic", "--once"],
-            &["roger", "-c", "x.toml", "critic", "--once", "--json"],
-            &["roger", "critic", "--once", "--config=x.toml", "-q"],
-            &["roger", "critic", "--once", "--now", "2023-11-14T22:15:00Z"],
+        let mut found = Vec::new();
+        walk(&full_command(), "", &mut found);
+        let listed: Vec<&str> = crate::exit::ROLES.iter().map(|(p, _)| *p).collect();
+        let unlisted: Vec<&String> = found
+            .iter()
+            .filter(|p| !listed.contains(&p.as_str()))
+            .collect();
+        assert!(
+            unlisted.is_empty(),
+            "subcommands without a role in exit::ROLES: {unlisted:?}"
+        );
+        let stale: Vec<&&str> = listed
+            .iter()
+            .filter(|p| !found.iter().any(|f| f == *p))
+            .collect();
+        assert!(
+            stale.is_empty(),
+            "exit::ROLES lists what is no subcommand: {stale:?}"
+        );
+    }
+
+    /// The role is clap's subcommand, whatever global options stand before it.
+    #[test]
+    fn a_usage_error_takes_the_role_of_the_subcommand_clap_finds() {
+        for (argv, role) in [
+            (&["roger", "critic", "--bogus"][..], Role::Judge),
+            (
+                &["roger", "--color", "never", "critic", "--bogus"],
+                Role::Judge,
+            ),
+            (
+                &[
+                    "roger",
+                    "-c",
+                    "x.toml",
+                    "--color=never",
+                    "report",
+                    "--bogus",
+                ],
+                Role::Judge,
+            ),
+            (
+                &["roger", "hygiene", "clean", "--keep-original"],
+                Role::Actor,
+            ),
+            (&["roger", "-v", "hygiene", "flap", "--bogus"], Role::Judge),
+            (&["roger", "quarantine", "add", "x"], Role::Actor),
+            (&["roger", "quarantine", "scan", "--bogus"], Role::Judge),
+            (
+                &["roger", "--color", "critic", "publish", "--bogus"],
+                Role::Actor,
+            ),
+            (&["roger", "frobnicate"], Role::Actor),
+            (&["roger"], Role::Actor),
         ] {
-            let argv: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
-            assert!(monitor_form(&argv).is_some(), "{argv:?}");
+            let args: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+            match parse(&args) {
+                Ok(_) => panic!("{argv:?} parsed"),
+                Err((_, r)) => assert_eq!(r, role, "{argv:?}"),
+            }
         }
+        let args: Vec<std::ffi::OsString> =
+            ["roger", "-q", "quarantine", "prove", "id", "--", "true"]
+                .iter()
+                .map(Into::into)
+                .collect();
+        assert!(matches!(parse(&args), Ok((_, Role::Judge))));
     }
 
     #[test]

@@ -1,10 +1,9 @@
-//! The exit-code table, in one place. README's table is generated from the same words.
+//! The exit-code table and which commands judge or act ([`ROLES`]), in one place: `--help`
+//! and the error paths read them from here.
 //!
-//! Commands that *judge* (critic --once, probe, hygiene checks, bench, quarantine prove, report)
-//! follow the monitoring-plugin convention (Nagios/Icinga/Sensu): 0 ok, 1 warn, 2 fail, 3
-//! unknown; `report` reads them as ok, attention, stopped, cannot judge.
-//! Commands that *act* (publish, watch, quarantine add/release, ledger): 0 done, 1 not done,
-//! 2 usage error. `watch` adds two codes of its own so a scheduler wrapper can tell
+//! Commands that *judge* follow the monitoring-plugin convention (Nagios/Icinga/Sensu): 0 ok,
+//! 1 warn, 2 fail, 3 unknown; `report` and `status` read them as ok, attention, stopped,
+//! cannot judge. Commands that *act*: 0 done, 1 not done, 2 usage error. `watch` adds two codes of its own so a scheduler wrapper can tell
 //! "gave up on purpose" (75) and "preempted, requeue me" (76) from "crashed".
 
 /// Judging: everything checked is fine.
@@ -46,6 +45,80 @@ impl Role {
     }
 }
 
+/// Every subcommand's role, by its path of names. A path takes the role of its longest listed
+/// prefix (`quarantine list` is `quarantine`'s); a command line naming no subcommand acts.
+/// `cli`'s tests check that every subcommand in `--help` is listed here.
+pub const ROLES: &[(&str, Role)] = &[
+    ("critic", Role::Judge),
+    ("watch", Role::Actor),
+    ("publish", Role::Actor),
+    ("hygiene", Role::Judge),
+    ("hygiene disk", Role::Judge),
+    ("hygiene clean", Role::Actor),
+    ("hygiene flap", Role::Judge),
+    ("hygiene regress", Role::Judge),
+    ("notify", Role::Actor),
+    ("notify test", Role::Actor),
+    ("notify digest", Role::Actor),
+    ("quarantine", Role::Actor),
+    ("quarantine add", Role::Actor),
+    ("quarantine list", Role::Actor),
+    ("quarantine show", Role::Actor),
+    ("quarantine prove", Role::Judge),
+    ("quarantine release", Role::Actor),
+    ("quarantine purge", Role::Actor),
+    ("quarantine scan", Role::Judge),
+    ("probe", Role::Judge),
+    ("bench", Role::Judge),
+    ("init", Role::Actor),
+    ("check", Role::Judge),
+    ("ledger", Role::Actor),
+    ("ledger verify", Role::Actor),
+    ("ledger tail", Role::Actor),
+    ("ledger note", Role::Actor),
+    ("report", Role::Judge),
+    ("status", Role::Judge),
+    ("completions", Role::Actor),
+];
+
+/// The role of the subcommand at `path` (names from the top: `["hygiene", "clean"]`).
+pub fn role<S: AsRef<str>>(path: &[S]) -> Role {
+    (0..=path.len())
+        .rev()
+        .find_map(|n| {
+            let key = path[..n]
+                .iter()
+                .map(AsRef::as_ref)
+                .collect::<Vec<_>>()
+                .join(" ");
+            ROLES.iter().find(|(p, _)| *p == key).map(|(_, r)| *r)
+        })
+        .unwrap_or(Role::Actor)
+}
+
+/// The listed paths of one role, for `--help` ("critic, probe, hygiene disk, ...").
+pub fn commands_of(role: Role) -> Vec<&'static str> {
+    ROLES
+        .iter()
+        .filter(|(_, r)| *r == role)
+        .map(|(p, _)| *p)
+        .filter(|p| {
+            // A child of a listed parent with the same role adds nothing to the list.
+            !ROLES
+                .iter()
+                .any(|(q, r)| *r == role && p.len() > q.len() && p.starts_with(&format!("{q} ")))
+        })
+        .collect()
+}
+
+/// Exit code of a command line that does not parse: a judging command's is UNKNOWN.
+pub fn usage_code(role: Role) -> u8 {
+    match role {
+        Role::Judge => UNKNOWN,
+        Role::Actor => USAGE,
+    }
+}
+
 /// (code, meaning) rows for `--help` and the README.
 pub const TABLE: &[(u8, &str, &str)] = &[
     (OK, "judge", "ok: every check passed"),
@@ -78,3 +151,32 @@ pub const TABLE: &[(u8, &str, &str)] = &[
         "[preempt] hand-off done after a notice: requeue me ([preempt] requeue_exit_code)",
     ),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_takes_the_role_of_its_longest_listed_prefix() {
+        assert_eq!(role(&["critic"]), Role::Judge);
+        assert_eq!(role(&["hygiene"]), Role::Judge);
+        assert_eq!(role(&["hygiene", "clean"]), Role::Actor);
+        assert_eq!(role(&["quarantine", "scan"]), Role::Judge);
+        assert_eq!(role(&["quarantine", "add"]), Role::Actor);
+        assert_eq!(role(&["quarantine", "later"]), Role::Actor);
+        assert_eq!(role::<&str>(&[]), Role::Actor);
+        assert_eq!(role(&["frobnicate"]), Role::Actor);
+        assert_eq!(usage_code(role(&["report"])), UNKNOWN);
+    }
+
+    #[test]
+    fn help_lists_each_role_without_children_that_repeat_their_parent() {
+        let judges = commands_of(Role::Judge);
+        assert!(judges.contains(&"hygiene"), "{judges:?}");
+        assert!(!judges.contains(&"hygiene disk"), "{judges:?}");
+        assert!(judges.contains(&"quarantine prove"), "{judges:?}");
+        let actors = commands_of(Role::Actor);
+        assert!(actors.contains(&"hygiene clean"), "{actors:?}");
+        assert!(!actors.contains(&"quarantine add"), "{actors:?}");
+    }
+}

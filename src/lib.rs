@@ -35,41 +35,20 @@ pub mod watch;
 #[cfg(test)]
 mod fuzz;
 
-use clap::Parser;
 use std::ffi::OsString;
 
 /// The whole command; returns the exit code (see `exit`).
 pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
     let args: Vec<OsString> = args.into_iter().collect();
-    let parsed = match cli::monitor_form(&args) {
-        Some(c) => {
-            // Nothing changed since this very check last ran: its answer, without reading.
-            if let cli::Command::Critic(cmd::critic::CriticArgs {
-                answer: Some(req),
-                now,
-                ..
-            }) = &c.command
-            {
-                if let Some(code) = cmd::critic_answer::replay(req, *now) {
-                    return code;
-                }
-            }
-            Ok(c)
-        }
-        None => cli::Cli::try_parse_from(&args),
-    };
-    let cli = match parsed {
-        Ok(c) => c,
-        Err(e) => {
+    let (cli, role) = match cli::parse(&args) {
+        Ok(parsed) => parsed,
+        Err((e, role)) => {
             let _ = e.print();
             if !e.use_stderr() {
                 return 0;
             }
             // A typo in a monitoring check must read UNKNOWN (3), not CRITICAL (2).
-            return match cli::role_of(&args) {
-                exit::Role::Judge => exit::UNKNOWN,
-                exit::Role::Actor => exit::USAGE,
-            };
+            return exit::usage_code(role);
         }
     };
     out::set_quiet(cli.quiet);
@@ -78,8 +57,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
     let global = cli::Global {
         config: cli.config.clone(),
     };
-    let (role, result) = cmd::dispatch(&global, cli.command);
-    match result {
+    match cmd::dispatch(&global, cli.command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("roger: error: {e:#}");

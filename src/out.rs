@@ -46,24 +46,8 @@ pub fn quiet() -> bool {
     QUIET.load(Ordering::Relaxed)
 }
 
-/// Something was (or, under `-q`, would have been) said on stderr.
-static SPOKE: AtomicBool = AtomicBool::new(false);
-
-/// Whether this run said anything on stderr, through these functions or a log line: an
-/// answer that had something to say there is not replayed from stdout alone.
-pub fn spoke_on_stderr() -> bool {
-    SPOKE.load(Ordering::Relaxed) || crate::logging::formatter_built()
-}
-
-/// One line on stderr, always (`eprintln!` that [`spoke_on_stderr`] knows of).
-pub fn err_line(args: std::fmt::Arguments<'_>) {
-    SPOKE.store(true, Ordering::Relaxed);
-    eprintln!("{args}");
-}
-
 /// One `roger: warning: ...` line on stderr, unless `-q`.
 pub fn warning(args: std::fmt::Arguments<'_>) {
-    SPOKE.store(true, Ordering::Relaxed);
     if !quiet() {
         eprintln!("roger: warning: {args}");
     }
@@ -71,7 +55,6 @@ pub fn warning(args: std::fmt::Arguments<'_>) {
 
 /// One informational line on stderr (`roger: <what>: ...`), unless `-q`.
 pub fn note(args: std::fmt::Arguments<'_>) {
-    SPOKE.store(true, Ordering::Relaxed);
     if !quiet() {
         eprintln!("{args}");
     }

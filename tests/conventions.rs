@@ -22,6 +22,10 @@ fn usage_errors_of_judging_commands_are_unknown_not_critical() {
         &["hygiene", "regress"],
         &["quarantine", "prove", "id"],
         &["status", "--bogus"],
+        // report judges (its 2 means "stopped"); a global option's value is no subcommand.
+        &["report", "--bogus"],
+        &["--color", "never", "critic", "--bogus"],
+        &["quarantine", "scan", "--bogus"],
     ] {
         let run = env.run(argv);
         assert_eq!(run.code(), 3, "{argv:?}\n{}", run.report());

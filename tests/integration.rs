@@ -2,7 +2,6 @@
 
 mod util;
 
-mod answer_cache;
 mod bad_input;
 mod bench;
 mod checkpoint_trust;

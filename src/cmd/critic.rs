@@ -2,8 +2,7 @@
 //! keep grading (`--daemon`), or prove archived verdicts (`--replay`). Every verdict goes to
 //! the ledger with the observation that produced it.
 
-use super::critic_answer::{self, Pending};
-use super::critic_run::{daemon, now_seconds, DaemonOptions, Runner, Tick};
+use super::critic_run::{daemon, DaemonOptions, Runner, Tick};
 use crate::cli::Global;
 use crate::config::{self, Config};
 use crate::critic::summary::Summary;
@@ -85,10 +84,6 @@ pub struct CriticArgs {
     /// The log's format, overriding [run] format: jsonl, csv, text or hf-trainer-state.
     #[arg(long, value_name = "FORMAT", value_parser = super::hygiene::parse_format, conflicts_with = "replay")]
     pub format: Option<config::LogFormat>,
-
-    /// Set by the monitors' form (`cli::monitor_form`) only: the answer cache's key.
-    #[arg(skip)]
-    pub answer: Option<critic_answer::Request>,
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -103,16 +98,6 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
     if args.replay {
         return run_replay(global, &args);
     }
-    // Each file an answer depends on is identified before it is read.
-    let mut pending = Pending::start(args.answer.as_ref());
-    if let Some(p) = &mut pending {
-        p.reads(
-            global
-                .config
-                .as_deref()
-                .unwrap_or(config::DEFAULT_FILE.as_ref()),
-        );
-    }
     let mut cfg = config::require(global.config.as_deref())?;
     if let Some(f) = args.format {
         cfg.run.format = f;
@@ -125,21 +110,6 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         ),
     };
     let ledger = Ledger::new(args.ledger.clone().unwrap_or_else(|| cfg.ledger_path()));
-    // An answer may rest on one plain log file only: not a pattern, a directory of event
-    // files or metric files, nor other ranks' logs.
-    let one_file = !crate::metrics::locate::is_pattern(&log)
-        && !matches!(
-            cfg.run.format,
-            config::LogFormat::Tensorboard | config::LogFormat::Mlflow
-        )
-        && cfg.run.rank_log.is_none();
-    match &mut pending {
-        Some(p) if one_file => {
-            p.reads(&log);
-            p.reads(ledger.path());
-        }
-        _ => pending = None,
-    }
     let tail = Tail::new(&log, cfg.run.format, &cfg.metrics)
         .with_context(|| format!("{}", cfg.path.display()))?;
     let mut gpu = LazyGpu {
@@ -186,10 +156,10 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         }
         Err(why) => {
             if why != "none yet" {
-                crate::out::err_line(format_args!(
+                eprintln!(
                     "roger: note: summary cache {} not used ({why}); reading the log afresh",
                     summary.path().display()
-                ));
+                );
             }
             // A big log is first read from its end when that gives the same history.
             if !args.full_read {
@@ -220,38 +190,13 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
     }) {
         tick.verdict.flapping = last.verdict.flapping.clone();
         let filing = Filing::Unchanged(last.seq, last.ts);
-        let colour = crate::colour::stdout();
-        let render = |v: &Verdict| {
-            let text = if args.json {
-                json_text(v, filing)
-            } else {
-                human_text(v, &cfg, filing, colour)
-            };
-            (text, v.status.exit_code())
+        let text = if args.json {
+            json_text(&tick.verdict, filing)
+        } else {
+            human_text(&tick.verdict, &cfg, filing, crate::colour::stdout())
         };
-        let (text, code) = render(&tick.verdict);
         crate::out::text(&text);
-        // (Other ranks' logs were ruled out with the files above.)
-        if let Some(ready) = pending
-            .filter(|_| tick.obs.gpu_vram.is_none())
-            .and_then(Pending::settled)
-        {
-            // The same observation judged at other clock times: how long this answer holds.
-            let mut obs = tick.obs.clone();
-            let mut at = |ms: i64| {
-                obs.now = DateTime::from_timestamp_millis(ms).map_or(f64::NAN, now_seconds);
-                let mut v = crate::critic::judge(&obs);
-                v.flapping = last.verdict.flapping.clone();
-                render(&v)
-            };
-            let t0 = critic_answer::clock_ms(judged_at);
-            let printed = (text, code);
-            if let Some(span) = critic_answer::valid_span(t0, &printed, &mut at) {
-                if let Err(e) = ready.keep(span, code, printed.0.as_bytes()) {
-                    crate::warnln!("answer cache not kept (the next check reads the log): {e:#}");
-                }
-            }
-        }
+        let code = tick.verdict.status.exit_code();
         return Ok(code);
     }
     super::critic_run::mark_flapping(&mut tick.verdict, &ledger, &cfg);

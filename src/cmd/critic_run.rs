@@ -134,7 +134,7 @@ impl<'a> Runner<'a> {
 }
 
 /// The clock as the critic judges it: unix seconds, to the millisecond.
-pub fn now_seconds(now: DateTime<Utc>) -> f64 {
+fn now_seconds(now: DateTime<Utc>) -> f64 {
     now.timestamp() as f64 + f64::from(now.timestamp_subsec_millis()) / 1e3
 }
 

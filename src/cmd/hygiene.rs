@@ -4,7 +4,6 @@
 use crate::cli::Global;
 use crate::config::units::{format_bytes, format_duration};
 use crate::config::{self, Config};
-use crate::exit::Role;
 use crate::hygiene::{baseline, clean, clean_file, disk, flap, prune, regress, Status};
 use crate::ledger::{Kind, Ledger, Record};
 use crate::outln;
@@ -109,14 +108,6 @@ pub struct RegressArgs {
 pub fn parse_format(s: &str) -> Result<config::LogFormat, String> {
     serde_json::from_value(serde_json::Value::String(s.to_string()))
         .map_err(|_| format!("unknown format {s:?}; expected jsonl, csv, text, hf-trainer-state, tensorboard or mlflow"))
-}
-
-/// Judging actions map errors to unknown (3); cleaning is an action (1 = not done).
-pub fn role(args: &HygieneArgs) -> Role {
-    match args.action {
-        HygieneAction::Clean(_) => Role::Actor,
-        _ => Role::Judge,
-    }
 }
 
 pub fn run(global: &Global, args: HygieneArgs) -> Result<u8> {

@@ -4,7 +4,6 @@ pub mod bench;
 pub mod check;
 pub mod completions;
 pub mod critic;
-pub mod critic_answer;
 pub mod critic_run;
 pub mod hygiene;
 pub mod init;
@@ -19,26 +18,25 @@ pub mod status;
 pub mod watch;
 
 use crate::cli::{Command, Global};
-use crate::exit::Role;
 use anyhow::Result;
 
-/// Run a subcommand; the role says how an error maps to an exit code.
-pub fn dispatch(global: &Global, command: Command) -> (Role, Result<u8>) {
+/// Run a subcommand (its role, for the exit code of an error, is `exit::ROLES`').
+pub fn dispatch(global: &Global, command: Command) -> Result<u8> {
     match command {
-        Command::Init(a) => (Role::Actor, init::run(global, a)),
-        Command::Check(a) => (Role::Judge, check::run(global, a)),
-        Command::Ledger(a) => (Role::Actor, ledger::run(global, a)),
-        Command::Completions(a) => (Role::Actor, completions::run(a)),
-        Command::Critic(a) => (Role::Judge, critic::run(global, a)),
-        Command::Publish(a) => (Role::Actor, publish::run(global, a)),
-        Command::Hygiene(a) => (hygiene::role(&a), hygiene::run(global, a)),
-        Command::Quarantine(a) => (quarantine::role(&a), quarantine::run(global, a)),
-        Command::Probe(a) => (Role::Judge, probe::run(global, a)),
-        Command::Bench(a) => (Role::Judge, bench::run(global, a)),
-        Command::Notify(a) => (Role::Actor, notify::run(global, a)),
-        Command::Watch(a) => (Role::Actor, watch::run(global, a)),
-        Command::Report(a) => (Role::Judge, report::run(global, a)),
-        Command::Status(a) => (Role::Judge, status::run(global, a)),
+        Command::Init(a) => init::run(global, a),
+        Command::Check(a) => check::run(global, a),
+        Command::Ledger(a) => ledger::run(global, a),
+        Command::Completions(a) => completions::run(a),
+        Command::Critic(a) => critic::run(global, a),
+        Command::Publish(a) => publish::run(global, a),
+        Command::Hygiene(a) => hygiene::run(global, a),
+        Command::Quarantine(a) => quarantine::run(global, a),
+        Command::Probe(a) => probe::run(global, a),
+        Command::Bench(a) => bench::run(global, a),
+        Command::Notify(a) => notify::run(global, a),
+        Command::Watch(a) => watch::run(global, a),
+        Command::Report(a) => report::run(global, a),
+        Command::Status(a) => status::run(global, a),
     }
 }
 

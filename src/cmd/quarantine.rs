@@ -4,7 +4,7 @@
 use crate::cli::Global;
 use crate::config::units::{format_bytes, parse_duration, Dur};
 use crate::config::{self, Config};
-use crate::exit::{self, Role};
+use crate::exit;
 use crate::ledger::{Entry, Kind, Ledger};
 use crate::outln;
 use crate::quarantine::{self, outputs, release, trial, Item, Proof};
@@ -121,13 +121,6 @@ fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
         .map_err(|e| {
             format!("expected RFC 3339 (2026-01-02T03:04:05Z) or unix seconds, got {s:?}: {e}")
         })
-}
-
-pub fn role(args: &QuarantineArgs) -> Role {
-    match args.action {
-        QuarantineAction::Prove { .. } | QuarantineAction::Scan { .. } => Role::Judge,
-        _ => Role::Actor,
-    }
 }
 
 struct Ctx {

@@ -18,8 +18,6 @@ pub fn repo_root() -> PathBuf {
 
 pub struct Env {
     pub dir: tempfile::TempDir,
-    /// `XDG_CACHE_HOME` of the commands run here (the critic's answer cache), outside `dir`.
-    pub cache: tempfile::TempDir,
 }
 
 pub struct Run {
@@ -78,7 +76,6 @@ impl Env {
     pub fn new() -> Env {
         Env {
             dir: tempfile::tempdir().expect("temp dir"),
-            cache: tempfile::tempdir().expect("temp dir"),
         }
     }
 
@@ -115,7 +112,6 @@ impl Env {
             .current_dir(self.dir.path())
             .env_remove("ROGER_CONFIG")
             .env_remove("RUST_LOG")
-            .env("XDG_CACHE_HOME", self.cache.path())
             .stdin(Stdio::null());
         c
     }
