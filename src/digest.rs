@@ -13,6 +13,17 @@ pub fn short(hash: &str) -> &str {
     &hash[..hash.floor_char_boundary(12)]
 }
 
+/// Lower-case hex of a digest.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
 /// 4 MiB: large sequential reads; checkpoints are big.
 pub const BUF_SIZE: usize = 4 << 20;
 
@@ -45,7 +56,7 @@ pub fn hash_reader(mut r: impl Read) -> std::io::Result<(String, u64)> {
         h.update(&buf[..k]);
         n += k as u64;
     }
-    Ok((crate::config::hex(&h.finalize()), n))
+    Ok((crate::digest::hex(&h.finalize()), n))
 }
 
 pub fn hash_file(path: &Path) -> Result<(String, u64)> {
@@ -96,7 +107,7 @@ pub fn dir_digest(files: &[FileDigest]) -> String {
     for f in sorted {
         h.update(format!("{}  {}  {}\n", f.sha256, f.size, f.rel).as_bytes());
     }
-    crate::config::hex(&h.finalize())
+    crate::digest::hex(&h.finalize())
 }
 
 /// Hash a file or a directory checkpoint from disk.

@@ -27,7 +27,7 @@ pub const USAGE: u8 = 2;
 pub const DO_NOT_RESTART: u8 = 75;
 /// `roger watch` under `[preempt]`: the hand-off after a notice is done (saved or not, the run
 /// tree stopped) — requeue me. The default of `[preempt] requeue_exit_code`.
-pub const REQUEUE: u8 = crate::config::preempt::DEFAULT_REQUEUE_EXIT_CODE;
+pub const REQUEUE: u8 = 76;
 
 /// How a command's failure to even run is reported: judges say "unknown", actors "not done".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -43,7 +43,10 @@ fn the_binary_is_a_pie() {
     let elf = std::fs::read(crate::util::roger_bin()).unwrap();
     assert_eq!(&elf[..4], b"\x7fELF");
     let e_type = u16::from_le_bytes([elf[16], elf[17]]);
-    assert_eq!(e_type, 3, "ET_DYN (a PIE) expected, got {e_type} (2 = position-dependent)");
+    assert_eq!(
+        e_type, 3,
+        "ET_DYN (a PIE) expected, got {e_type} (2 = position-dependent)"
+    );
     let interp = elf.windows(b"ld-linux".len()).any(|w| w == b"ld-linux");
     assert!(interp, "a PIE executable names its program interpreter");
 }

@@ -1,25 +1,7 @@
-//! `[gpu]` and `[bench]`: which GPU source to read and what the model is (for MFU).
+//! `[bench]`: what the model is (for MFU). `[gpu]` (which GPU source to read) is
+//! `gpu::source::GpuConfig`, embedded by the config.
 
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct GpuConfig {
-    /// "auto" (NVML, then nvidia-smi), "nvml", "smi", "none", or "replay".
-    pub source: String,
-    /// For `source = "replay"`: a recording made by `roger probe --record`.
-    pub replay: Option<PathBuf>,
-}
-
-impl Default for GpuConfig {
-    fn default() -> Self {
-        GpuConfig {
-            source: "auto".into(),
-            replay: None,
-        }
-    }
-}
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]

@@ -14,11 +14,14 @@ mod validate;
 pub use schedule_rules::needs_total;
 pub mod watch;
 
-pub use critic::{
-    Anneal, Clock, CriticConfig, DecayShape, KeyList, MetricsConfig, PhaseConfig, QuietConfig,
-    ScheduleConfig, ScheduleKind, TextPattern, TimeUnit, VramUnit,
+pub use crate::gpu::source::GpuConfig;
+pub use crate::metrics::mapping::{
+    Clock, KeyList, LogFormat, MetricsConfig, TextPattern, TimeUnit, VramUnit,
 };
-pub use gpu::{BenchConfig, GpuConfig};
+pub use critic::{
+    Anneal, CriticConfig, DecayShape, PhaseConfig, QuietConfig, ScheduleConfig, ScheduleKind,
+};
+pub use gpu::BenchConfig;
 pub use hygiene::{DiskConfig, HygieneConfig, PublishConfig, QuarantineConfig};
 pub use units::{Band, Bytes, Dur};
 pub use watch::{ForeignVram, WatchConfig};
@@ -30,23 +33,6 @@ use std::path::{Path, PathBuf};
 
 /// The file name roger looks for in the current directory when `--config` is not given.
 pub const DEFAULT_FILE: &str = "roger.toml";
-
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum LogFormat {
-    /// One JSON object per line.
-    Jsonl,
-    /// CSV with a header row (Lightning's metrics.csv).
-    Csv,
-    /// Plain text matched with `[metrics] patterns`.
-    Text,
-    /// Hugging Face Trainer's trainer_state.json (read as a snapshot).
-    HfTrainerState,
-    /// TensorBoard event files (`events.out.tfevents.*`): one file or a writer's directory.
-    Tensorboard,
-    /// A run directory of MLflow's file store (`mlruns/<experiment>/<run>/`).
-    Mlflow,
-}
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -190,8 +176,8 @@ impl Config {
             run.rank_log = Some(l);
         }
         run.checkpoint_dir = resolve(&run.checkpoint_dir);
-        run.ledger =
-            Some(resolve(&run.ledger).unwrap_or_else(|| base.join(crate::ledger::DEFAULT_FILE)));
+        // Absent: the ledger's own default beside this file (`Config::ledger_path`).
+        run.ledger = resolve(&run.ledger);
         let mut quarantine = raw.quarantine.clone();
         quarantine.dir = resolve(&quarantine.dir);
         quarantine.outputs = quarantine.outputs.iter().map(|p| base.join(p)).collect();
@@ -200,7 +186,7 @@ impl Config {
 
         Ok(Config {
             path: path.to_path_buf(),
-            hash: hex(&Sha256::digest(text.as_bytes())),
+            hash: crate::digest::hex(&Sha256::digest(text.as_bytes())),
             run,
             metrics: raw.metrics,
             schedule: raw.schedule,
@@ -228,13 +214,6 @@ impl Config {
         self.phases
             .iter()
             .find(|p| step >= p.from && p.to.is_none_or(|to| step < to))
-    }
-
-    pub fn ledger_path(&self) -> PathBuf {
-        self.run
-            .ledger
-            .clone()
-            .expect("ledger path is always resolved at load")
     }
 
     /// The config's directory: the run dir.
@@ -314,16 +293,6 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
         .map_or(before.len(), |nl| before.len() - nl - 1)
         + 1;
     (line, col)
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 #[cfg(test)]

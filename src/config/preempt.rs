@@ -6,7 +6,7 @@ use super::units::Dur;
 use serde::{Deserialize, Serialize};
 
 /// Exit code of `roger watch` after a hand-off: "requeue me". Distinct from 75 (do not restart).
-pub const DEFAULT_REQUEUE_EXIT_CODE: u8 = 76;
+pub const DEFAULT_REQUEUE_EXIT_CODE: u8 = crate::exit::REQUEUE;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]

@@ -114,7 +114,7 @@ fn reseal(g: &mut Gen, bytes: &[u8]) -> Vec<u8> {
 }
 
 fn sha_hex(s: &str) -> String {
-    crate::config::hex(&Sha256::digest(s.as_bytes()))
+    crate::digest::hex(&Sha256::digest(s.as_bytes()))
 }
 
 fn ledger_dict() -> Vec<&'static str> {

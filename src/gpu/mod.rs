@@ -149,12 +149,13 @@ pub mod nvml;
 pub mod pidns;
 pub mod replay;
 pub mod smi;
+pub mod source;
 pub mod spec;
 pub mod xid;
 
 /// The reader the config asks for: "auto" tries NVML, then `nvidia-smi`; "nvml" and "smi"
 /// only that one; "replay" needs `[gpu] replay = FILE`; "none" never reads.
-pub fn open_reader(cfg: &crate::config::GpuConfig) -> Box<dyn GpuReader> {
+pub fn open_reader(cfg: &source::GpuConfig) -> Box<dyn GpuReader> {
     match cfg.source.as_str() {
         "replay" => match &cfg.replay {
             Some(p) => match replay::ReplayGpu::open(p) {

@@ -44,7 +44,7 @@ fn clean_hash(src: &Path) -> Result<(String, CleanStats)> {
         hash: Sha256::new(),
     };
     let stats = clean_stream(f, &mut sink).with_context(|| format!("reading {}", src.display()))?;
-    Ok((crate::config::hex(&sink.hash.finalize()), stats))
+    Ok((crate::digest::hex(&sink.hash.finalize()), stats))
 }
 
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
@@ -190,7 +190,7 @@ fn write_clean_copy(src: &Path, tmp: &Path) -> Result<(String, CleanStats)> {
     file.set_permissions(perms)?;
     file.sync_all()
         .with_context(|| format!("fsync of {}", tmp.display()))?;
-    Ok((crate::config::hex(&w.hash.finalize()), stats))
+    Ok((crate::digest::hex(&w.hash.finalize()), stats))
 }
 
 #[cfg(test)]

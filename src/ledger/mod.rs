@@ -25,6 +25,18 @@ pub use read::scan_bytes;
 use read::{last_good_record, refuse_foreign_file};
 
 pub const DEFAULT_FILE: &str = "roger-ledger.jsonl";
+
+// The ledger names its own default file; the config only resolves what `[run] ledger` says.
+impl crate::config::Config {
+    /// The run's ledger: `[run] ledger` (relative to the config), else [`DEFAULT_FILE`]
+    /// beside the config.
+    pub fn ledger_path(&self) -> PathBuf {
+        self.run
+            .ledger
+            .clone()
+            .unwrap_or_else(|| self.base_dir().join(DEFAULT_FILE))
+    }
+}
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 const RESERVED: [&str; 8] = ["seq", "ts", "kind", "source", "run", "step", "prev", "hash"];
 
@@ -228,7 +240,7 @@ fn ts_string(ts: DateTime<Utc>) -> String {
 fn hash_canonical(v: &Value) -> String {
     // serde_json's Map is a BTreeMap (no preserve_order feature): keys serialise sorted.
     let text = serde_json::to_string(v).expect("value serialises");
-    crate::config::hex(&Sha256::digest(text.as_bytes()))
+    crate::digest::hex(&Sha256::digest(text.as_bytes()))
 }
 
 /// Why a line is not a good record.

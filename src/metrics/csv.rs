@@ -3,7 +3,7 @@
 //! Quoted cells (`"a,b"`, `""` for a quote) are understood.
 
 use super::{Fields, Keys, LineParser, Parsed, Target};
-use crate::config::MetricsConfig;
+use crate::metrics::mapping::MetricsConfig;
 
 #[derive(Clone)]
 pub struct CsvParser {

@@ -4,7 +4,7 @@
 //! from `tokens_per_step` over the log's own clock (steps advanced per second).
 
 use super::{Record, TOKENS_SLOT, TPS_SLOT};
-use crate::config::{Clock, MetricsConfig};
+use crate::metrics::mapping::{Clock, MetricsConfig};
 
 /// Carries what the next record needs from the ones before it.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -5,7 +5,7 @@
 use super::{
     num, parse_num, parse_time, Parsed, Record, LR_GROUPS, TOKENS_SLOT, TOTAL_SLOT, TPS_SLOT,
 };
-use crate::config::MetricsConfig;
+use crate::metrics::mapping::MetricsConfig;
 
 /// What a log field feeds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,8 +30,8 @@ pub struct Keys {
     /// By key length (the last entry: any longer key): a bit per `wanted` entry of that
     /// length, so the hot lookup compares only keys that can match.
     by_len: [u32; LEN_BUCKETS],
-    pub vram_unit: crate::config::VramUnit,
-    pub clock: crate::config::Clock,
+    pub vram_unit: crate::metrics::mapping::VramUnit,
+    pub clock: crate::metrics::mapping::Clock,
     step_time_ms: bool,
     tokens_per_step: Option<f64>,
 }
@@ -78,14 +78,14 @@ impl Keys {
             by_len,
             vram_unit: m.vram_unit,
             clock: m.clock,
-            step_time_ms: m.step_time_unit == crate::config::TimeUnit::Ms,
+            step_time_ms: m.step_time_unit == crate::metrics::mapping::TimeUnit::Ms,
             tokens_per_step: m.tokens_per_step,
         }
     }
 
     /// A value for `target` from its text: times by the `[metrics] clock`, the rest numbers.
     pub fn value(&self, target: Target, raw: &[u8]) -> Option<f64> {
-        use crate::config::Clock;
+        use crate::metrics::mapping::Clock;
         match (target, self.clock) {
             (Target::Time, Clock::Unix) => parse_time(raw),
             (Target::Time, Clock::Elapsed) => num::parse_elapsed(raw),
@@ -194,7 +194,7 @@ impl Fields {
             }
         }
         let time = match keys.clock {
-            crate::config::Clock::ElapsedMs => self.time.map(|t| t / 1000.0),
+            crate::metrics::mapping::Clock::ElapsedMs => self.time.map(|t| t / 1000.0),
             _ => self.time,
         };
         let record = Record { step, time, values };

@@ -3,7 +3,7 @@
 //! `Infinity` tokens are accepted. Entries carry no time; the file's mtime stands in.
 
 use super::{Batch, Fields, Garbage, Keys, Parsed, Target};
-use crate::config::MetricsConfig;
+use crate::metrics::mapping::MetricsConfig;
 use anyhow::{Context, Result};
 use serde_json::Value;
 use std::path::Path;

@@ -7,7 +7,7 @@
 mod flat;
 
 use super::{Fields, Keys, LineParser, Parsed, Target};
-use crate::config::MetricsConfig;
+use crate::metrics::mapping::MetricsConfig;
 
 #[derive(Clone)]
 pub struct JsonlParser {
@@ -448,7 +448,7 @@ mod tests {
     fn vram_unit_is_converted() {
         let m = MetricsConfig {
             vram: "mem".into(),
-            vram_unit: crate::config::VramUnit::MiB,
+            vram_unit: crate::metrics::mapping::VramUnit::MiB,
             ..Default::default()
         };
         let s = sample(&m, r#"{"step": 1, "mem": 2048}"#);

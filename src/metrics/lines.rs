@@ -203,7 +203,7 @@ impl<'a> LineReader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::MetricsConfig;
+    use crate::metrics::mapping::MetricsConfig;
 
     #[test]
     fn parallel_parse_keeps_order_and_line_numbers() {

@@ -8,7 +8,7 @@
 use super::fields::{Fields, Keys, Target};
 use super::tail::Poll;
 use super::{Garbage, Parsed, Record};
-use crate::config::MetricsConfig;
+use crate::metrics::mapping::MetricsConfig;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileExt, MetadataExt};

@@ -9,6 +9,7 @@ pub mod hf_state;
 pub mod jsonl;
 pub mod lines;
 pub mod locate;
+pub mod mapping;
 pub mod mlflow;
 pub mod num;
 pub mod packed;
@@ -18,7 +19,7 @@ pub mod tensorboard;
 pub mod text;
 pub mod tfrecord;
 
-use crate::config::{LogFormat, MetricsConfig};
+use crate::metrics::mapping::{LogFormat, MetricsConfig};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -7,7 +7,7 @@
 
 use super::lines::{feed_with, one_line, CHUNK};
 use super::{Batch, LineParser, Record};
-use crate::config::{LogFormat, MetricsConfig};
+use crate::metrics::mapping::{LogFormat, MetricsConfig};
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};

@@ -10,7 +10,7 @@ use super::tail::Poll;
 use super::tb_event;
 use super::tfrecord::{self, Item};
 use super::{Batch, Garbage, Parsed, Record};
-use crate::config::MetricsConfig;
+use crate::metrics::mapping::MetricsConfig;
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -378,7 +378,7 @@ fn flush_group(group: &mut Group, keys: &Keys, step_key: &str, out: &mut Batch) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::LogFormat;
+    use crate::metrics::mapping::LogFormat;
     use crate::metrics::tail::Tail;
 
     /// Event files written by tensorboardX and tensorboard (tests/fixtures/tensorboard/

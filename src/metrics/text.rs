@@ -4,7 +4,7 @@
 //! listed in `fields`. A line no pattern matches is ordinary log chatter, not garbage.
 
 use super::{Fields, Keys, LineParser, Parsed, Target, SLOTS};
-use crate::config::MetricsConfig;
+use crate::metrics::mapping::MetricsConfig;
 use anyhow::{bail, Context, Result};
 use regex::bytes::Regex;
 
@@ -114,7 +114,7 @@ impl LineParser for TextParser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::TextPattern;
+    use crate::metrics::mapping::TextPattern;
 
     fn cfg(patterns: &[(&str, &[&str])]) -> MetricsConfig {
         MetricsConfig {

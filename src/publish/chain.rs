@@ -107,7 +107,7 @@ impl ChainHasher {
             ends.push(digest);
         }
         Marks {
-            sha256: crate::config::hex(&digest),
+            sha256: crate::digest::hex(&digest),
             size: pos,
             starts,
             ends,
@@ -248,12 +248,12 @@ mod tests {
         for (size, pieces) in [(0, 1), (1, 1), (s - 1, 4096), (s, s), (s + 1, 1 << 20)] {
             let data: Vec<u8> = (0..size).map(|i| (i % 249) as u8).collect();
             let m = marks_of(&data, pieces);
-            assert_eq!(m.sha256, crate::config::hex(&Sha256::digest(&data)));
+            assert_eq!(m.sha256, crate::digest::hex(&Sha256::digest(&data)));
             assert_eq!(m.size, size as u64);
             assert_eq!(m.segments(), size.div_ceil(s), "size {size}");
             assert_eq!(m.ends.len(), m.segments());
             if let Some(last) = m.ends.last() {
-                assert_eq!(crate::config::hex(last), m.sha256);
+                assert_eq!(crate::digest::hex(last), m.sha256);
             }
         }
     }

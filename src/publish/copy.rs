@@ -336,10 +336,10 @@ mod tests {
         .unwrap();
         assert_eq!(m.size, data.len() as u64);
         assert_eq!(seen, data);
-        assert_eq!(m.sha256, crate::config::hex(&Sha256::digest(&data)));
+        assert_eq!(m.sha256, crate::digest::hex(&Sha256::digest(&data)));
         let m = pump(&b""[..], |_| Ok(())).unwrap();
         assert_eq!(m.size, 0);
-        assert_eq!(m.sha256, crate::config::hex(&Sha256::digest(b"")));
+        assert_eq!(m.sha256, crate::digest::hex(&Sha256::digest(b"")));
     }
 
     #[test]

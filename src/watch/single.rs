@@ -38,7 +38,7 @@ pub fn lock_path(ledger: &Path, run: &str) -> PathBuf {
         safe
     } else {
         use sha2::Digest;
-        let h = crate::config::hex(&sha2::Sha256::digest(run.as_bytes()));
+        let h = crate::digest::hex(&sha2::Sha256::digest(run.as_bytes()));
         format!("{safe}-{}", &h[..12])
     };
     let dir = ledger

@@ -4,7 +4,7 @@
 //! only when a garbage line needs them.
 
 use super::{one_line, Batch, Open, Tail, CHUNK, HEAD};
-use crate::config::{LogFormat, MetricsConfig};
+use crate::metrics::mapping::{LogFormat, MetricsConfig};
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
