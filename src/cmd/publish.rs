@@ -43,7 +43,8 @@ Test-only environment knobs (for crash-safety tests, never set in production):
 #[command(after_help = AFTER_HELP)]
 pub struct PublishArgs {
     /// Checkpoint file or directory (HF `checkpoint-N/`, torch DCP) to publish. With
-    /// --verify: the published checkpoint to check (default: what latest.json points to).
+    /// --verify: the published checkpoint to check, or a destination directory (default:
+    /// what latest.json points to).
     #[arg(value_name = "PATH", required_unless_present_any = ["verify", "wait", "drain"])]
     pub src: Option<PathBuf>,
     /// Destination directory (default: the config's [run] checkpoint_dir; required without a
@@ -195,7 +196,12 @@ pub(super) fn disk_probe() -> Result<Box<dyn DiskProbe>> {
     }
 }
 
-pub fn run(global: &Global, args: PublishArgs) -> Result<u8> {
+pub fn run(global: &Global, mut args: PublishArgs) -> Result<u8> {
+    // `--verify DIR` where DIR is a destination (it holds latest.json) means what latest.json
+    // points to, with DIR's records: the same as `--verify --to DIR`.
+    if args.verify && args.to.is_none() {
+        args.to = args.src.take_if(|p| p.join(manifest::FILE).is_file());
+    }
     if args.drain {
         let dest = args.to.clone().expect("clap requires --to with --drain");
         return super::publish_queue::drain(&dest, args.json);

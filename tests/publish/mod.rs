@@ -100,6 +100,12 @@ fn file_publish_writes_manifest_record_and_verifies() {
     env.run(&["publish", "--verify", "ck/ckpt-100.pt"])
         .expect(0)
         .stdout_has("matches publish record #1");
+    // A destination directory (it holds latest.json): what it points to, its own ledger.
+    for dir in ["ck", "ck/"] {
+        env.run(&["publish", "--verify", dir])
+            .expect(0)
+            .stdout_has("matches publish record #1");
+    }
     // Bytes changed after publish: --verify says so.
     let mut bytes = std::fs::read(&target).unwrap();
     bytes[500] ^= 0xff;
