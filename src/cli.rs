@@ -6,39 +6,38 @@ use crate::exit::Role;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
-/// `--help`'s closing text: the exit codes by role (from `exit::ROLES`), config, first steps.
+/// `--help`'s closing text: the exit codes by role (`exit::TABLE`, `exit::ROLES`), then
+/// config, colour and first steps.
 fn after_help() -> String {
-    let wrap = |names: Vec<&str>| {
-        let mut lines = vec![String::new()];
-        for n in names {
-            let last = lines.last_mut().unwrap();
-            if !last.is_empty() && last.len() + n.len() + 2 > 84 {
-                lines.push(String::new());
+    use std::fmt::Write;
+    // "judging commands (critic, probe, ...):" wrapped at 88 columns.
+    let heading = |what: &str, role: Role| {
+        let mut lines = vec![format!("  {what} commands (")];
+        for (i, name) in crate::exit::commands_of(role).iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            let last = lines.last_mut().expect("one line at least");
+            if last.len() + sep.len() + name.len() > 88 {
+                last.push(',');
+                lines.push(format!("    {name}"));
+            } else {
+                last.push_str(sep);
+                last.push_str(name);
             }
-            let last = lines.last_mut().unwrap();
-            if !last.is_empty() {
-                last.push_str(", ");
-            }
-            last.push_str(n);
         }
-        lines.join(",\n    ")
+        lines.join("\n") + "):"
     };
-    format!(
-        "\
-Exit codes:
-  judging commands:
-    {}
-    0 ok   1 warn   2 fail   3 unknown (could not judge; a usage error too)
-  acting commands:
-    {}
-    0 done   1 not done (cause on stderr)   2 usage error
-  watch: 75 = breaker open or relaunch budget spent: do not restart
-         76 = [preempt] hand-off done: requeue me (requeue_exit_code)
-
-{AFTER_HELP}",
-        wrap(crate::exit::commands_of(Role::Judge)),
-        wrap(crate::exit::commands_of(Role::Actor)),
-    )
+    let mut o = String::from("Exit codes:");
+    for (group, title) in [
+        ("judge", heading("judging", Role::Judge)),
+        ("act", heading("acting", Role::Actor)),
+        ("watch", "  watch:".to_string()),
+    ] {
+        let _ = write!(o, "\n{title}");
+        for (code, _, meaning) in crate::exit::TABLE.iter().filter(|r| r.1 == group) {
+            let _ = write!(o, "\n    {code:>2}  {meaning}");
+        }
+    }
+    format!("{o}\n\n{AFTER_HELP}")
 }
 
 const AFTER_HELP: &str = "\

@@ -354,10 +354,6 @@ impl Exporter {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// A disk check the daemon just ran (fresher than the ledger, which records changes only).
     pub fn disk(&mut self, targets: &impl serde::Serialize) {
         if let Ok(v) = serde_json::to_value(targets) {

@@ -159,7 +159,7 @@ fn goodput_counts_time_by_the_state_in_force() {
     )
     .unwrap();
     let mut e = Exporter::from_config(&cfg, "watch").unwrap();
-    assert_eq!(e.path(), Path::new("/tmp/x.prom"));
+    assert_eq!(e.path, Path::new("/tmp/x.prom"));
     assert_eq!(e.observe_state(0.0, true), 1.0);
     assert_eq!(e.observe_state(30.0, false), 1.0);
     // 30 s working, then 10 s wedged.

@@ -30,7 +30,6 @@ pub struct Input<'a> {
 pub struct Proposal {
     pub text: String,
     pub summary: Vec<String>,
-    pub fit: FitOutcome,
 }
 
 /// The run's planned last step, when the log says it (the newest sample that does).
@@ -107,7 +106,7 @@ pub fn infer(input: &Input) -> Proposal {
     if let Some(n) = eval_note {
         text.push_str(&format!("# Note: {n}\n"));
     }
-    Proposal { text, summary, fit }
+    Proposal { text, summary }
 }
 
 /// Evals the critic's eval check compares by default (`[critic] eval_window`).

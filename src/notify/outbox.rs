@@ -157,6 +157,7 @@ impl Outbox {
             .collect()
     }
 
+    #[cfg(test)]
     pub fn get(&self, key: &str) -> Option<&Item> {
         self.items.get(key)
     }

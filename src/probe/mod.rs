@@ -4,7 +4,7 @@
 //! the pure `judge_*` functions; `collect.rs` is the edge that reads the machine.
 
 mod collect;
-pub use collect::{collect, config_paths, known_pids, ProbeInputs};
+pub use collect::{collect, ProbeInputs};
 
 use crate::config::DiskConfig;
 use crate::gpu::checks::{self, Finding, Level};

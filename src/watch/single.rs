@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 /// Held for the watch's life; released by the kernel however roger ends (even `kill -9`).
 pub struct RunLock {
     _lock: Flock<File>,
-    pub path: PathBuf,
 }
 
 /// `roger-watch.<run>.lock` in the ledger's directory (odd characters in the run's name are
@@ -82,7 +81,7 @@ pub fn lock(ledger: &Path, run: &str) -> Result<RunLock> {
     // Who holds it, for the message above; the lock itself is the flock, not this text.
     let _ = lock.set_len(0);
     let _ = writeln!(&mut *lock, "{}", std::process::id());
-    Ok(RunLock { _lock: lock, path })
+    Ok(RunLock { _lock: lock })
 }
 
 /// A launch of the run, as the ledger recorded it.
@@ -281,13 +280,10 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let ledger = d.path().join("roger-ledger.jsonl");
         let first = lock(&ledger, "my run/1").unwrap();
-        assert!(first
-            .path
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .starts_with("roger-watch.my_run_1-"));
+        let name = lock_path(&ledger, "my run/1");
+        assert!(name.exists());
+        let name = name.file_name().unwrap().to_str().unwrap().to_string();
+        assert!(name.starts_with("roger-watch.my_run_1-"), "{name}");
         let e = lock(&ledger, "my run/1").err().unwrap().to_string();
         assert!(e.contains("another roger watch"), "{e}");
         assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");
