@@ -6,6 +6,7 @@
 //! make of it. Skips (with a message) where FUSE cannot be mounted.
 
 mod detach;
+mod drvfs;
 mod fs;
 mod publish;
 mod state;
