@@ -9,6 +9,7 @@ mod detach;
 mod drvfs;
 mod fs;
 mod publish;
+mod quarantine;
 mod state;
 
 use crate::util::{roger_bin, Run};
