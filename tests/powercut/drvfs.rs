@@ -111,6 +111,33 @@ fn drvfs_publish_and_retention_warn_once() {
     check(rig.roger(&["publish", "--verify"]), 0, 0);
 }
 
+#[test]
+fn drvfs_hygiene_disk_prune_warns_once() {
+    let Some((rig, _m)) = drvfs("drvfs_hygiene_disk_prune_warns_once") else {
+        return;
+    };
+    rig.write(
+        "roger.toml",
+        "[run]\nname = \"r\"\ncheckpoint_dir = \"disk/ck\"\nledger = \"disk/ck/roger-ledger.jsonl\"\n[publish]\nkeep_last = 1\n[gpu]\nsource = \"none\"\n[disk]\nwarn_free = \"1KB\"\nfail_free = \"0\"\nprune_goal_free = \"1000TB\"\n",
+    );
+    for name in ["ckpt-1.bin", "ckpt-2.bin"] {
+        rig.write(&format!("out/{name}"), format!("weights of {name}"));
+        check(
+            rig.roger(&["publish", &format!("out/{name}"), "--no-prune"]),
+            0,
+            1,
+        );
+    }
+    let r = rig.roger(&["hygiene", "disk", "--prune"]);
+    assert_eq!(warnings(&r), 1, "{}", r.report());
+    assert!(!r.stderr().contains("error"), "{}", r.report());
+    assert!(!rig.disk().join("ck/ckpt-1.bin").exists(), "{}", r.report());
+    assert!(
+        rig.disk().join("ck/ckpt-2.bin").exists(),
+        "latest.json points to it"
+    );
+}
+
 /// Publishing over the name latest.json points at hard-links the old checkpoint to a second
 /// name first (`place::link_prev`), which drvfs refuses: today this fails with "linking ...:
 /// Operation not permitted".
