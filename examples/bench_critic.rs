@@ -71,6 +71,7 @@ fn bytecount_lines(p: &Path) -> std::io::Result<u64> {
 fn cpu_secs(who: libc::c_int) -> f64 {
     // SAFETY: getrusage fills the struct we hand it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct we pass.
     unsafe { libc::getrusage(who, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(ru.ru_utime) + tv(ru.ru_stime)

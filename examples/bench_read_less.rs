@@ -51,6 +51,7 @@ fn generate(path: &Path, bytes: u64) -> std::io::Result<u64> {
 }
 
 fn children_cpu() -> f64 {
+    // SAFETY: rusage is plain integers: all zeroes is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct we hand it.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };

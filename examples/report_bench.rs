@@ -53,6 +53,7 @@ const T0: f64 = 1_800_000_000.0;
 /// CPU seconds this process has used on all its threads (user + system): beside the wall
 /// times, a measure that does not depend on how busy the machine's other tenants are.
 fn cpu_secs() -> f64 {
+    // SAFETY: rusage is plain integers: all zeroes is a valid value.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage only writes the struct it is given.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };

@@ -9,7 +9,6 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Every state the watch's sentinel can be in (one series each, the one in force is 1).
@@ -297,25 +296,19 @@ pub fn format(run: &str, source: &str, facts: &Facts, live: &Live) -> String {
     o.text
 }
 
-/// Replace `path` with `text`: a staging file in the same directory (not ending in `.prom`,
-/// so the collector never reads it half-written), then a rename. No fsync: the file is
-/// rewritten every tick and only has to be whole, never durable.
+/// Replace `path` with `text`: a temporary in the same directory (ending in `.tmp`, not
+/// `.prom`, so the collector never reads it half-written), then a rename. Atomic, not durable:
+/// the file is rewritten every tick and only has to be whole. Mode as `File::create` gave it
+/// (the collector often runs as another user).
 pub fn write_textfile(path: &Path, text: &str) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .map_or_else(|| "roger.prom".into(), |n| n.to_string_lossy().into_owned());
-    let staging = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = std::fs::File::create(&staging)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .and_then(|()| std::fs::rename(&staging, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&staging);
-    }
-    result.with_context(|| format!("writing {}", path.display()))
+    use crate::sys::fsx::{write_atomic, Durability, Replace};
+    write_atomic(
+        path,
+        text.as_bytes(),
+        Replace::new(Durability::Atomic, 0o666),
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
 }
 
 /// The daemon's side: follows the ledger and rewrites the file after each tick.

@@ -287,6 +287,7 @@ fn the_dead_man_ping_needs_sight_and_stops_when_roger_dies() {
         .lines()
         .filter_map(|l| l.trim().parse::<i32>().ok())
     {
+        // SAFETY: kill(2) with a pid this test's own children wrote.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     assert!(

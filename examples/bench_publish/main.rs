@@ -47,8 +47,9 @@ pub fn sh(script: &str) {
 
 /// CPU seconds (user + system) used so far by this process or by its waited-for children.
 pub fn cpu(who: i32) -> f64 {
-    // SAFETY: getrusage fills the struct we pass.
+    // SAFETY: rusage is plain integers, for which all zeroes is a valid value.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct we pass.
     unsafe { libc::getrusage(who, &mut u) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(u.ru_utime) + tv(u.ru_stime)

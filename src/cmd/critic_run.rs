@@ -13,7 +13,7 @@ use crate::metrics::{Garbage, Record};
 use crate::sys::Clock;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use std::sync::atomic::{AtomicBool, Ordering};
+use nix::sys::signal::Signal;
 use std::time::Duration;
 
 pub struct Runner<'a> {
@@ -193,28 +193,6 @@ pub fn mark_flapping(verdict: &mut Verdict, ledger: &Ledger, cfg: &Config) {
         .collect();
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// SIGTERM and SIGINT set a flag the loop checks; the verdict in hand is finished first.
-fn install_signal_handlers() -> Result<()> {
-    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-    let action = SigAction::new(
-        SigHandler::Handler(on_signal),
-        SaFlags::empty(),
-        SigSet::empty(),
-    );
-    for sig in [Signal::SIGTERM, Signal::SIGINT] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe { sigaction(sig, &action) }
-            .map_err(|e| anyhow::anyhow!("installing the {sig} handler: {e}"))?;
-    }
-    Ok(())
-}
-
 pub struct DaemonOptions {
     pub interval: Duration,
     pub heartbeat: bool,
@@ -229,7 +207,9 @@ pub fn daemon(
     opts: &DaemonOptions,
     on_tick: &mut dyn FnMut(&Tick, Option<u64>),
 ) -> Result<()> {
-    install_signal_handlers()?;
+    // SIGTERM/SIGINT end the loop after the verdict in hand is finished (they wait in the
+    // pipe while a tick runs).
+    let sig = crate::watch::signals::Signals::on(&[Signal::SIGTERM, Signal::SIGINT])?;
     let mut last: Option<Verdict> = None;
     let mut disk = crate::hygiene::disk_tick::DiskTicker::default();
     let mut export = crate::export::Exporter::from_config(runner.cfg, "critic");
@@ -239,7 +219,7 @@ pub fn daemon(
         ledger.path().to_path_buf(),
         export.is_some() || notify.is_some(),
     );
-    while !STOP.load(Ordering::SeqCst) {
+    loop {
         let now = clock.now();
         if runner.cfg.critic.disk_check {
             let step = last.as_ref().and_then(|v| v.step);
@@ -286,20 +266,9 @@ pub fn daemon(
         if let Some(n) = notify.as_mut() {
             n.tick(now, observed, &new);
         }
-        sleep_unless_stopped(opts.interval);
-    }
-    Ok(())
-}
-
-fn sleep_unless_stopped(d: Duration) {
-    let slice = Duration::from_millis(20);
-    let start = std::time::Instant::now();
-    while !STOP.load(Ordering::SeqCst) {
-        let left = d.saturating_sub(start.elapsed());
-        if left.is_zero() {
-            return;
+        if !sig.wait(opts.interval).is_empty() {
+            return Ok(());
         }
-        std::thread::sleep(left.min(slice));
     }
 }
 

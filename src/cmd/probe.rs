@@ -7,6 +7,7 @@ use crate::gpu::{replay::Recording, GpuReader};
 use crate::ledger::{Entry, Kind, Ledger};
 use crate::outln;
 use crate::probe::{self, fmt_bytes, ProbeReport};
+use crate::sys::fsx::{self, Durability, Replace};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -121,11 +122,11 @@ fn record(
         let snap = reader.read().map_err(|e| anyhow::anyhow!("{e}"))?;
         rec.snapshots.push(snap);
     }
-    let tmp = file.with_extension("tmp-roger");
-    std::fs::write(&tmp, serde_json::to_string_pretty(&rec)? + "\n")
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, file)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), file.display()))?;
+    // Durable: a recording is a measurement taken over minutes that nothing can rebuild.
+    let text = serde_json::to_string_pretty(&rec)? + "\n";
+    let how = Replace::new(Durability::Durable, 0o666);
+    fsx::write_atomic(file, text.as_bytes(), how)
+        .with_context(|| format!("writing {}", file.display()))?;
     let gpus = rec.snapshots.first().map_or(0, |s| s.gpus.len());
     outln!(
         "recorded {samples} snapshot(s) of {gpus} GPU(s) to {}",

@@ -110,12 +110,11 @@ pub fn run(global: &Global, args: ReportArgs) -> Result<u8> {
     Ok(code)
 }
 
-/// Write beside, then rename over: a reader never sees half a page.
+/// Write beside, then rename over: a browser reloading the page never sees half of it.
+/// Atomic, not durable: the page is rebuilt from the ledger by the next `roger report`.
 fn write_replacing(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp-roger");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    use crate::sys::fsx::{write_atomic, Durability, Replace};
+    write_atomic(path, bytes, Replace::new(Durability::Atomic, 0o666))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
 }

@@ -15,6 +15,7 @@
 use super::History;
 use crate::config::{Config, LogFormat};
 use crate::metrics::tail::{Place, Tail};
+use crate::sys::fsx::{self, Durability, Replace};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -164,16 +165,12 @@ impl Summary {
         };
         let mut bytes = Vec::new();
         ciborium::into_writer(&cached, &mut bytes).map_err(|e| e.to_string())?;
-        let tmp = self
-            .path
-            .with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, bytes)
-            .and_then(|()| std::fs::rename(&tmp, &self.path))
-            .map(|()| true)
-            .map_err(|e| {
-                let _ = std::fs::remove_file(&tmp);
-                format!("writing {}: {e}", self.path.display())
-            })
+        // Atomic, not durable: a cache lost at a power cut (or left empty by one) reads as
+        // "unreadable" and the next check reads the log again. Mode as `fs::write` gave it.
+        let how = Replace::new(Durability::Atomic, 0o666);
+        fsx::write_atomic(&self.path, &bytes, how)
+            .map(|_| true)
+            .map_err(|e| format!("writing {}: {e:#}", self.path.display()))
     }
 }
 

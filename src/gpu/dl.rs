@@ -1,42 +1,28 @@
-//! Minimal dlopen/dlsym: whether a driver library loads, where from, and which optional entry
-//! points it has — without a binding crate that panics on a missing symbol.
+//! Driver libraries opened by name (libloading, the loader nvml-wrapper and cudarc use):
+//! whether one loads, where from, and which optional entry points it has — without a binding
+//! crate that panics on a missing symbol.
 
-use std::ffi::{c_void, CStr, CString};
+use libloading::os::unix::{Library as Lib, RTLD_LAZY, RTLD_LOCAL};
+use std::ffi::c_void;
 use std::path::PathBuf;
 
 pub struct Library {
-    handle: *mut c_void,
+    lib: Lib,
     /// The name it was opened by ("libnvidia-ml.so.1").
     pub name: String,
 }
 
-// SAFETY: a dlopen handle may be used from any thread; dlsym/dlclose are thread-safe.
-unsafe impl Send for Library {}
-
-fn last_error() -> String {
-    // SAFETY: dlerror returns NULL or a thread-local C string valid until the next dl call.
-    unsafe {
-        let e = libc::dlerror();
-        if e.is_null() {
-            "unknown dlopen error".into()
-        } else {
-            CStr::from_ptr(e).to_string_lossy().into_owned()
-        }
-    }
-}
-
 impl Library {
     /// dlopen by name (the loader's search: LD_LIBRARY_PATH, ld.so.cache, system dirs).
-    /// Lazy binding: a missing symbol is found by `symbol`, never at load.
+    /// Lazy binding: a missing symbol is found by `has`, never at load. The error is the
+    /// loader's own sentence ("libx.so: cannot open shared object file: ...").
     pub fn open(name: &str) -> Result<Library, String> {
-        let c = CString::new(name).map_err(|_| format!("bad library name {name:?}"))?;
-        // SAFETY: c is a valid C string; the handle is closed in Drop.
-        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
-        if handle.is_null() {
-            return Err(last_error());
-        }
+        // SAFETY: loading runs the library's initialisers; the names opened are the NVIDIA
+        // driver's and CUDA's own libraries, which is what loading them is for.
+        let lib =
+            unsafe { Lib::open(Some(name), RTLD_LAZY | RTLD_LOCAL) }.map_err(|e| e.to_string())?;
         Ok(Library {
-            handle,
+            lib,
             name: name.to_string(),
         })
     }
@@ -54,43 +40,52 @@ impl Library {
     }
 
     /// The address of an exported symbol, or None when the library lacks it.
-    pub fn symbol(&self, name: &str) -> Option<*mut c_void> {
-        let c = CString::new(name).ok()?;
-        // SAFETY: handle is live (closed only in Drop); c is a valid C string.
-        let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
-        (!p.is_null()).then_some(p)
+    fn address(&self, name: &str) -> Option<usize> {
+        // SAFETY: the symbol is read as an untyped address, never called or dereferenced.
+        let s = unsafe { self.lib.get::<*mut c_void>(name.as_bytes()) }.ok()?;
+        Some(*s as usize).filter(|&a| a != 0)
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.address(name).is_some()
+    }
+
+    /// The exported function `name` as `F`, or None when the library lacks it. The pointer
+    /// stays valid while `self` is alive.
+    ///
+    /// # Safety
+    /// `F` must be the function's true C signature.
+    pub unsafe fn function<F: Copy>(&self, name: &str) -> Option<F> {
+        // SAFETY: the caller vouches that `F` is the symbol's true signature.
+        unsafe { self.lib.get::<F>(name.as_bytes()) }
+            .ok()
+            .map(|s| *s)
     }
 
     /// Which of `names` the library does not export.
     pub fn missing<'a>(&self, names: &[&'a str]) -> Vec<&'a str> {
-        names
-            .iter()
-            .copied()
-            .filter(|n| self.symbol(n).is_none())
-            .collect()
+        names.iter().copied().filter(|n| !self.has(n)).collect()
     }
 
-    /// The file the loader picked, found through one of its symbols.
+    /// The file the loader picked: the mapping that holds one of its symbols.
     pub fn path_via(&self, symbol: &str) -> Option<PathBuf> {
-        let p = self.symbol(symbol)?;
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        // SAFETY: p is an address inside this loaded library; info is a valid out-pointer.
-        if unsafe { libc::dladdr(p, &mut info) } == 0 || info.dli_fname.is_null() {
-            return None;
-        }
-        // SAFETY: dli_fname is a C string owned by the loader, valid while the library is loaded.
-        let s = unsafe { CStr::from_ptr(info.dli_fname) };
-        Some(PathBuf::from(s.to_string_lossy().into_owned()))
+        let at = self.address(symbol)?;
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        mapped_file(&maps, at)
     }
 }
 
-impl Drop for Library {
-    fn drop(&mut self) {
-        // SAFETY: handle came from dlopen and is closed exactly once.
-        unsafe {
-            libc::dlclose(self.handle);
-        }
-    }
+/// The file of the `/proc/PID/maps` line whose range holds `at`.
+fn mapped_file(maps: &str, at: usize) -> Option<PathBuf> {
+    maps.lines().find_map(|line| {
+        let mut f = line.split_ascii_whitespace();
+        let (start, end) = f.next()?.split_once('-')?;
+        let range = usize::from_str_radix(start, 16).ok()?..usize::from_str_radix(end, 16).ok()?;
+        // perms, offset, dev, inode, then the path (which may hold spaces).
+        let path = line.splitn(6, |c: char| c.is_ascii_whitespace()).nth(5)?;
+        let path = path.trim_start();
+        (range.contains(&at) && path.starts_with('/')).then(|| PathBuf::from(path))
+    })
 }
 
 #[cfg(test)]
@@ -100,11 +95,15 @@ mod tests {
     #[test]
     fn opens_libc_finds_symbols_and_explains_failures() {
         let l = Library::open("libc.so.6").unwrap();
-        assert!(l.symbol("malloc").is_some());
+        assert!(l.has("malloc"));
         assert_eq!(
             l.missing(&["malloc", "no_such_fn_roger"]),
             ["no_such_fn_roger"]
         );
+        // SAFETY: getpid's C signature.
+        let getpid = unsafe { l.function::<unsafe extern "C" fn() -> i32>("getpid") }.unwrap();
+        // SAFETY: getpid takes nothing and cannot fail.
+        assert_eq!(unsafe { getpid() } as u32, std::process::id());
         assert!(l
             .path_via("malloc")
             .unwrap()
@@ -117,5 +116,25 @@ mod tests {
             e.contains("libroger-nope.so.1") && e.contains("libroger-nope.so:"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn finds_the_mapping_of_an_address() {
+        let maps = "\
+55d0c0a00000-55d0c0a21000 r--p 00000000 08:01 1234   /usr/bin/roger
+7f0000000000-7f0000100000 r-xp 00028000 08:01 5678   /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.54.03
+7f0000100000-7f0000200000 rw-p 00000000 00:00 0 
+7f0000200000-7f0000300000 r-xp 00000000 08:01 9   /opt/my libs/libcuda.so.1
+";
+        assert_eq!(
+            mapped_file(maps, 0x7f0000000010).unwrap(),
+            PathBuf::from("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.54.03")
+        );
+        assert_eq!(
+            mapped_file(maps, 0x7f0000200000).unwrap(),
+            PathBuf::from("/opt/my libs/libcuda.so.1")
+        );
+        assert_eq!(mapped_file(maps, 0x7f0000100010), None); // anonymous
+        assert_eq!(mapped_file(maps, 0x10), None);
     }
 }

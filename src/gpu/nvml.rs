@@ -131,14 +131,15 @@ struct RawNvml {
 impl RawNvml {
     fn open(name: &str) -> Option<RawNvml> {
         let lib = super::dl::Library::open(name).ok()?;
-        // SAFETY: the symbols, when present, have these C signatures (nvml.h).
-        let memory_v2 = lib
-            .symbol("nvmlDeviceGetMemoryInfo_v2")
-            .map(|p| unsafe { std::mem::transmute::<*mut std::ffi::c_void, MemoryV2Fn>(p) });
-        let reasons = lib
-            .symbol("nvmlDeviceGetCurrentClocksEventReasons")
-            .or_else(|| lib.symbol("nvmlDeviceGetCurrentClocksThrottleReasons"))
-            .map(|p| unsafe { std::mem::transmute::<*mut std::ffi::c_void, ReasonsFn>(p) });
+        // SAFETY: the symbols, when present, have these C signatures (nvml.h); `lib` is kept
+        // alongside, so the pointers stay valid.
+        let (memory_v2, reasons) = unsafe {
+            (
+                lib.function::<MemoryV2Fn>("nvmlDeviceGetMemoryInfo_v2"),
+                lib.function::<ReasonsFn>("nvmlDeviceGetCurrentClocksEventReasons")
+                    .or_else(|| lib.function("nvmlDeviceGetCurrentClocksThrottleReasons")),
+            )
+        };
         Some(RawNvml {
             lib,
             memory_v2,

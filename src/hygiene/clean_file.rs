@@ -1,9 +1,11 @@
-//! Cleaning a log file in place, atomically: the clean copy is written beside it and fsynced,
-//! the original is kept (hard link) as evidence, the clean copy is renamed over the name,
-//! and only once the clean file re-hashes to what was written, and re-cleaning the evidence
-//! gives the same bytes, is the evidence removed (unless asked to keep it).
+//! Cleaning a log file in place, atomically: the clean copy is written beside it, the original
+//! is kept as evidence (a hard link, or a verified copy where links are refused), re-cleaning
+//! the evidence must give the same bytes, the clean copy replaces the name (fsx, durable), and
+//! only once it re-hashes from disk to what was written is the evidence removed (unless asked
+//! to keep it).
 
 use super::clean::{clean_stream, CleanStats};
+use crate::sys::fsx::{self, AtomicFile, Durability, Replace};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -67,12 +69,6 @@ fn free_evidence_name(path: &Path) -> PathBuf {
         .expect("some suffix is free")
 }
 
-fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("fsync of directory {}", dir.display()))
-}
-
 /// Text logs hold no NUL bytes; a checkpoint or an archive does, and "cleaning" it in place
 /// would destroy it.
 fn refuse_binary(path: &Path) -> Result<()> {
@@ -98,22 +94,13 @@ pub fn clean_in_place(path: &Path, keep_original: bool) -> Result<InPlace> {
         bail!("{}: not a regular file", path.display());
     }
     refuse_binary(path)?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let tmp = sibling(path, &format!(".roger-clean-{}.tmp", std::process::id()));
-    let result = write_clean_copy(path, &tmp);
-    let (sha256, stats) = match result {
-        Ok(v) => v,
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-    };
-    let meta1 = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
-    if meta1.len() != meta0.len() || meta1.modified().ok() != meta0.modified().ok() {
-        let _ = std::fs::remove_file(&tmp);
+    let dir = fsx::parent_dir(path).to_path_buf();
+    // Durable: the clean copy replaces the user's log, and the original is removed once it
+    // verified. Created private; write_clean_copy gives it the original's mode.
+    let mut clean = AtomicFile::create(path, Replace::new(Durability::Durable, 0o600))?;
+    // On every error below until the commit, dropping `clean` removes the temporary.
+    let (sha256, stats) = write_clean_copy(path, &mut clean)?;
+    if changed(path, &meta0)? {
         bail!(
             "{} changed while it was being cleaned (a live log?): left untouched; clean a copy, or use `roger hygiene clean {} > clean.log`",
             path.display(),
@@ -121,35 +108,46 @@ pub fn clean_in_place(path: &Path, keep_original: bool) -> Result<InPlace> {
         );
     }
     let evidence = free_evidence_name(path);
-    if let Err(e) = std::fs::hard_link(path, &evidence) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| {
-            format!(
-                "keeping the original as {} (needed as evidence until the clean copy is verified)",
-                evidence.display()
-            )
-        });
+    keep_evidence(path, &evidence, &meta0).with_context(|| {
+        format!(
+            "keeping the original as {} (needed as evidence until the clean copy is verified)",
+            evidence.display()
+        )
+    })?;
+    // The evidence must be what was cleaned before it is the only original left.
+    let again = clean_hash(&evidence).map(|(h, _)| h);
+    if again.as_ref().ok() != Some(&sha256) {
+        let _ = std::fs::remove_file(&evidence);
+        let again = again?;
+        bail!(
+            "{}: the kept original does not re-clean to the clean copy (written {}, re-clean {}): left untouched",
+            path.display(),
+            &sha256[..12],
+            &again[..12]
+        );
     }
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} over {}", tmp.display(), path.display()))?;
-    fsync_dir(&dir)?;
+    clean.commit().with_context(|| {
+        format!(
+            "replacing {} with its clean copy (the original is kept as {})",
+            path.display(),
+            evidence.display()
+        )
+    })?;
 
     let (on_disk, _) = crate::digest::hash_file(path)?;
-    let (again, _) = clean_hash(&evidence)?;
-    if on_disk != sha256 || again != sha256 {
+    if on_disk != sha256 {
         std::fs::rename(&evidence, path).with_context(|| {
             format!(
                 "restoring the original from {} after a failed verification",
                 evidence.display()
             )
         })?;
-        fsync_dir(&dir)?;
+        fsx::fsync_dir(&dir)?;
         bail!(
-            "{}: the clean copy did not verify (written {}, on disk {}, re-clean {}); the original was put back",
+            "{}: the clean copy did not verify (written {}, on disk {}); the original was put back",
             path.display(),
             &sha256[..12],
-            &on_disk[..12],
-            &again[..12]
+            &on_disk[..12]
         );
     }
     let evidence = if keep_original {
@@ -157,7 +155,7 @@ pub fn clean_in_place(path: &Path, keep_original: bool) -> Result<InPlace> {
     } else {
         std::fs::remove_file(&evidence)
             .with_context(|| format!("removing the verified original {}", evidence.display()))?;
-        fsync_dir(&dir)?;
+        fsx::fsync_dir(&dir)?;
         None
     };
     Ok(InPlace {
@@ -168,28 +166,111 @@ pub fn clean_in_place(path: &Path, keep_original: bool) -> Result<InPlace> {
     })
 }
 
-fn write_clean_copy(src: &Path, tmp: &Path) -> Result<(String, CleanStats)> {
-    let input = File::open(src).with_context(|| format!("opening {}", src.display()))?;
-    let out = File::options()
+/// Whether `path` is no longer the file `before` described (size or mtime moved).
+fn changed(path: &Path, before: &std::fs::Metadata) -> Result<bool> {
+    let now = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(now.len() != before.len() || now.modified().ok() != before.modified().ok())
+}
+
+/// Filesystems that refuse hard links: drvfs and 9p on WSL2 (EPERM), FUSE without `link`
+/// (ENOSYS), others ENOTSUP; EMLINK is a file at its link limit. A copy serves instead.
+fn links_refused(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EPERM | libc::ENOSYS | libc::ENOTSUP | libc::EMLINK)
+    )
+}
+
+/// Keep the original under the new name `evidence`. A hard link is the original itself: the
+/// same bytes, mode, owner and times, never replacing another file, with only its name to make
+/// durable (the directory fsync after the rename). Where links are refused, a copy keeps the
+/// same promises: created O_EXCL and private until whole; the bytes fsynced before the clean
+/// copy may replace the name; read back from disk and compared with what was read from the
+/// original, which must not have changed meanwhile; the original's mode and times (and owner,
+/// where allowed) given to it.
+fn keep_evidence(path: &Path, evidence: &Path, meta0: &std::fs::Metadata) -> Result<()> {
+    match std::fs::hard_link(path, evidence) {
+        Ok(()) => return Ok(()),
+        Err(e) if links_refused(&e) => {
+            tracing::debug!("hard link refused ({e}): keeping a copy of the original instead");
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let copied = copy_evidence(path, evidence, meta0);
+    if copied.is_err() {
+        let _ = std::fs::remove_file(evidence);
+    }
+    copied
+}
+
+fn copy_evidence(path: &Path, evidence: &Path, meta0: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut out = File::options()
         .write(true)
         .create_new(true)
-        .open(tmp)
-        .with_context(|| format!("creating {}", tmp.display()))?;
+        .mode(0o600)
+        .open(evidence)
+        .with_context(|| format!("creating {}", evidence.display()))?;
+    let mut src = Hashing {
+        inner: &mut out,
+        hash: Sha256::new(),
+    };
+    let mut input = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    std::io::copy(&mut input, &mut src)
+        .with_context(|| format!("copying {} to {}", path.display(), evidence.display()))?;
+    let read = crate::digest::hex(&src.hash.finalize());
+    if changed(path, meta0)? {
+        bail!("{} changed while it was being copied", path.display());
+    }
+    // The owner first (chown clears set-id bits), then the mode. Only root may give a file
+    // away; anyone else already owns the copy, so a refusal changes nothing.
+    if let Err(e) = std::os::unix::fs::fchown(&out, Some(meta0.uid()), Some(meta0.gid())) {
+        tracing::debug!("{}: owner not copied: {e}", evidence.display());
+    }
+    out.set_permissions(meta0.permissions())
+        .with_context(|| format!("setting the mode of {}", evidence.display()))?;
+    let mut times = std::fs::FileTimes::new();
+    if let Ok(t) = meta0.modified() {
+        times = times.set_modified(t);
+    }
+    if let Ok(t) = meta0.accessed() {
+        times = times.set_accessed(t);
+    }
+    out.set_times(times)
+        .with_context(|| format!("setting the times of {}", evidence.display()))?;
+    out.sync_all()
+        .with_context(|| format!("fsync of {}", evidence.display()))?;
+    drop(out);
+    let (on_disk, _) = crate::digest::hash_file(evidence)?;
+    if on_disk != read {
+        bail!(
+            "{}: the copy reads back differently (sha256 {} read, {} on disk)",
+            evidence.display(),
+            &read[..12],
+            &on_disk[..12]
+        );
+    }
+    Ok(())
+}
+
+fn write_clean_copy(src: &Path, clean: &mut AtomicFile) -> Result<(String, CleanStats)> {
+    let tmp = clean.temp_path().to_path_buf();
+    let input = File::open(src).with_context(|| format!("opening {}", src.display()))?;
     let perms = std::fs::metadata(src)?.permissions();
+    let file = clean.file();
+    // The original's mode (it stays readable by whoever could read it; an open fd keeps
+    // writing even to a read-only mode).
+    file.set_permissions(perms)
+        .with_context(|| format!("setting the mode of {}", tmp.display()))?;
     let mut w = Hashing {
-        inner: BufWriter::with_capacity(1 << 20, out),
+        inner: BufWriter::with_capacity(1 << 20, &mut *file),
         hash: Sha256::new(),
     };
     let stats = clean_stream(input, &mut w)
         .with_context(|| format!("cleaning {} into {}", src.display(), tmp.display()))?;
-    let file = w
-        .inner
-        .into_inner()
-        .map_err(|e| e.into_error())
+    w.inner
+        .flush()
         .with_context(|| format!("writing {}", tmp.display()))?;
-    file.set_permissions(perms)?;
-    file.sync_all()
-        .with_context(|| format!("fsync of {}", tmp.display()))?;
     Ok((crate::digest::hex(&w.hash.finalize()), stats))
 }
 
@@ -237,5 +318,44 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = clean_in_place(dir.path(), false).unwrap_err().to_string();
         assert!(err.contains("not a regular file"), "{err}");
+    }
+
+    #[test]
+    fn the_copied_evidence_is_the_original_in_bytes_mode_and_times() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("train.log");
+        std::fs::write(&p, "step 1\r\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+        File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let meta = std::fs::metadata(&p).unwrap();
+        let ev = dir.path().join("train.log.orig");
+        copy_evidence(&p, &ev, &meta).unwrap();
+        let m = std::fs::metadata(&ev).unwrap();
+        assert_eq!(std::fs::read(&ev).unwrap(), b"step 1\r\n");
+        assert_eq!(m.permissions().mode() & 0o7777, 0o640);
+        assert_eq!(m.modified().unwrap(), old);
+        // Never replaces a file that is there.
+        let e = copy_evidence(&p, &ev, &meta).unwrap_err();
+        assert!(format!("{e:#}").contains("File exists"), "{e:#}");
+        // The original moved on since it was cleaned: refused.
+        std::fs::write(&p, "step 1\r\nstep 2\n").unwrap();
+        let e = copy_evidence(&p, &dir.path().join("x"), &meta).unwrap_err();
+        assert!(
+            e.to_string().contains("changed while it was being copied"),
+            "{e}"
+        );
+        assert!(links_refused(&std::io::Error::from_raw_os_error(
+            libc::EPERM
+        )));
+        assert!(!links_refused(&std::io::Error::from_raw_os_error(
+            libc::EEXIST
+        )));
     }
 }

@@ -93,7 +93,7 @@ pub fn execute(
     let dirs: std::collections::BTreeSet<&Path> =
         removed.iter().filter_map(|p| p.parent()).collect();
     for dir in dirs {
-        crate::publish::copy::fsync_dir(dir)?;
+        crate::sys::fsx::fsync_dir(dir)?;
     }
     Ok(removed)
 }

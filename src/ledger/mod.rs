@@ -325,7 +325,7 @@ impl Ledger {
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        create_dirs_durably(dir)?;
+        crate::sys::fsx::create_dirs_durably(dir)?;
         let file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -383,7 +383,7 @@ impl Ledger {
         if was_empty {
             // A new ledger's name is a directory entry: without this fsync a power cut can
             // lose the file and every record fsynced into it.
-            fsync_dir(dir)?;
+            crate::sys::fsx::fsync_dir(dir)?;
         }
         Ok(rec)
     }
@@ -403,39 +403,6 @@ impl Ledger {
     /// Records only; problems are for `verify`.
     pub fn records(&self) -> Result<Vec<Record>> {
         Ok(self.scan()?.records)
-    }
-}
-
-/// `create_dir_all`, with each directory it creates made durable in its parent.
-fn create_dirs_durably(dir: &Path) -> Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating ledger directory {}", dir.display()))?;
-    for d in missing.iter().rev() {
-        if let Some(parent) = d.parent() {
-            fsync_dir(if parent.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                parent
-            })?;
-        }
-    }
-    Ok(())
-}
-
-/// fsync a directory so the entries made in it survive a power cut. A filesystem that
-/// refuses directory fsync (EINVAL: drvfs, 9p) cannot give that promise: not an error here.
-fn fsync_dir(dir: &Path) -> Result<()> {
-    let f = std::fs::File::open(dir)
-        .with_context(|| format!("opening ledger directory {}", dir.display()))?;
-    match f.sync_all() {
-        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => {
-            Err(e).with_context(|| format!("fsync of ledger directory {}", dir.display()))
-        }
-        _ => Ok(()),
     }
 }
 

@@ -262,63 +262,6 @@ pub fn resident_pages(f: &File, len: u64) -> Option<(u64, u64)> {
     }
 }
 
-/// How a directory fsync went: some filesystems (drvfs/9p on WSL, some network ones) refuse
-/// it with EINVAL; that is a warning recorded in the ledger. Any other error fails.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DirSync {
-    Ok,
-    Unsupported(String),
-}
-
-impl DirSync {
-    pub fn text(&self) -> &str {
-        match self {
-            DirSync::Ok => "ok",
-            DirSync::Unsupported(w) => w,
-        }
-    }
-    /// The first warning of two wins.
-    pub fn and(self, other: DirSync) -> DirSync {
-        match self {
-            DirSync::Ok => other,
-            w => w,
-        }
-    }
-}
-
-pub fn fsync_dir(dir: &Path) -> Result<DirSync> {
-    let f = File::open(dir).with_context(|| format!("opening directory {}", dir.display()))?;
-    match f.sync_all() {
-        Ok(()) => Ok(DirSync::Ok),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(DirSync::Unsupported(format!(
-            "fsync of directory {} is not supported here (EINVAL; drvfs/9p?): the rename may not survive a power cut",
-            dir.display()
-        ))),
-        Err(e) => Err(e).with_context(|| format!("fsync of directory {}", dir.display())),
-    }
-}
-
-/// `create_dir_all`, with each directory it creates made durable in its parent: a publish
-/// into a new directory must not vanish with it at a power cut.
-pub fn create_dirs_durably(dir: &Path) -> Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    let missing: Vec<std::path::PathBuf> = dir
-        .ancestors()
-        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
-        .map(Path::to_path_buf)
-        .collect();
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating destination {}", dir.display()))?;
-    for d in missing.iter().rev() {
-        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
-            fsync_dir(parent)?;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,7 +305,6 @@ mod tests {
         let r = reread_from_disk(&dst).unwrap();
         assert_eq!((r.sha256, r.size, r.bytes_read), (m.sha256, n, n));
         assert_eq!(r.pages_total, Some(100_000u64.div_ceil(4096)));
-        assert_eq!(fsync_dir(dir.path()).unwrap(), DirSync::Ok);
     }
 
     #[test]
@@ -392,14 +334,5 @@ mod tests {
             "after DONTNEED: {:?}/{total}",
             r.pages_resident
         );
-    }
-
-    #[test]
-    fn dir_sync_keeps_the_first_warning() {
-        let w = DirSync::Unsupported("EINVAL on /mnt/c".into());
-        assert_eq!(DirSync::Ok.and(DirSync::Ok).text(), "ok");
-        assert_eq!(DirSync::Ok.and(w.clone()), w);
-        assert_eq!(w.clone().and(DirSync::Unsupported("other".into())), w);
-        assert_eq!(w.clone().and(DirSync::Ok).text(), "EINVAL on /mnt/c");
     }
 }

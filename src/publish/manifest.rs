@@ -2,12 +2,10 @@
 //! file, fsync, rename, directory fsync) so a reader sees the old manifest or the new one,
 //! never a torn one. `path` is relative to the manifest's own directory.
 
-use super::copy::{self, DirSync};
 use super::names;
+use crate::sys::fsx::{self, DirSync, Durability, Replace};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub const FILE: &str = "latest.json";
@@ -49,32 +47,17 @@ pub fn write(dir: &Path, latest: &Latest) -> Result<DirSync> {
     write_json(dir, FILE, latest)
 }
 
-/// Replace `dir/name` with `value` as pretty JSON, atomically and durably: staging file,
-/// fsync, rename, directory fsync.
+/// Replace `dir/name` with `value` as pretty JSON. Durable: latest.json is what a restart
+/// resumes from, and the ledger record before it already says the publish happened. The
+/// temporary carries the staging prefix, so a crash's leftover is cleaned like any staging.
 pub fn write_json(dir: &Path, name: &str, value: &impl Serialize) -> Result<DirSync> {
-    let staging = dir.join(names::staging_name(name));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&staging)
-            .with_context(|| format!("creating {}", staging.display()))?;
-        let mut text = serde_json::to_string_pretty(value).context("serialising")?;
-        text.push('\n');
-        f.write_all(text.as_bytes())
-            .with_context(|| format!("writing {}", staging.display()))?;
-        f.sync_all()
-            .with_context(|| format!("fsync of {}", staging.display()))?;
-        copy::close(f).with_context(|| format!("closing {}", staging.display()))?;
-        std::fs::rename(&staging, dir.join(name))
-            .with_context(|| format!("renaming {} into place", staging.display()))
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&staging);
-        return Err(e);
-    }
-    copy::fsync_dir(dir)
+    let mut text = serde_json::to_string_pretty(value).context("serialising")?;
+    text.push('\n');
+    fsx::write_atomic(
+        &dir.join(name),
+        text.as_bytes(),
+        Replace::new(Durability::Durable, 0o644).temp_prefix(names::STAGING_PREFIX),
+    )
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use super::copy::{self, Reread};
 use super::names;
 use super::source::SrcFile;
 use super::Layout;
+use crate::sys::fsx;
 use anyhow::{anyhow, bail, Context, Result};
 use chrono::{DateTime, Utc};
 use std::fs::File;
@@ -154,7 +155,7 @@ fn digest(rel: &str, r: &Reread) -> crate::digest::FileDigest {
 }
 
 /// fsync every directory under `root` (deepest first) and `root` itself.
-pub fn fsync_dirs(root: &Path) -> Result<copy::DirSync> {
+pub fn fsync_dirs(root: &Path) -> Result<fsx::DirSync> {
     let mut dirs = vec![root.to_path_buf()];
     let mut i = 0;
     while i < dirs.len() {
@@ -165,9 +166,9 @@ pub fn fsync_dirs(root: &Path) -> Result<copy::DirSync> {
         }
         i += 1;
     }
-    let mut sync = copy::DirSync::Ok;
+    let mut sync = fsx::DirSync::Ok;
     for d in dirs.iter().rev() {
-        sync = sync.and(copy::fsync_dir(d)?);
+        sync = sync.and(fsx::fsync_dir(d)?);
     }
     Ok(sync)
 }
@@ -331,8 +332,8 @@ pub fn set_aside_bad_copy(
     }
     std::fs::rename(staging, &to)
         .with_context(|| format!("setting the bad copy aside at {}", to.display()))?;
-    let _ = copy::fsync_dir(&dir);
-    let _ = copy::fsync_dir(dest);
+    let _ = fsx::fsync_dir(&dir);
+    let _ = fsx::fsync_dir(dest);
     Ok(to)
 }
 

@@ -7,9 +7,10 @@
 //! `pending` lists the queue for `roger status` and the report.
 
 use super::source::SrcFile;
-use super::{copy, manifest, place, preflight, reflink, source, Request};
+use super::{manifest, place, preflight, reflink, source, Request};
 use crate::ledger::{Entry, Kind, Ledger};
 use crate::sys::disk::DiskProbe;
+use crate::sys::fsx;
 use crate::sys::Clock;
 use anyhow::{anyhow, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -212,7 +213,7 @@ pub fn remove(dest: &Path, q: &Queued) -> Result<()> {
     let _ = std::fs::remove_file(dir(dest).join(format!("{}{TRIES_EXT}", q.id)));
     let p = entry_path(dest, &q.id);
     std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
-    copy::fsync_dir(&dir(dest))?;
+    fsx::fsync_dir(&dir(dest))?;
     Ok(())
 }
 
@@ -288,9 +289,9 @@ pub fn enqueue<R>(
     start: impl FnOnce(&Path) -> R,
 ) -> Result<(Queued, R)> {
     let pre = preflight(req)?;
-    copy::create_dirs_durably(&pre.dest_abs)?;
+    fsx::create_dirs_durably(&pre.dest_abs)?;
     let dest = std::fs::canonicalize(&pre.dest_abs)?;
-    copy::create_dirs_durably(&dir(&dest))?;
+    fsx::create_dirs_durably(&dir(&dest))?;
     let _lock = lock_queue(&dest)?;
     let started = start(&dest);
     let (queued, _) = scan(&dest)?;

@@ -16,10 +16,10 @@
 //! Each repair is a ledger record and a line on stderr. Nothing here deletes anything but
 //! the swap twin, the intent, and files whose prune was already recorded.
 
-use super::copy::{self, DirSync};
 use super::manifest::{self, Latest};
 use super::{names, place, Layout};
 use crate::ledger::{Entry, Kind, Ledger, Record};
+use crate::sys::fsx::{self, DirSync};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -266,7 +266,7 @@ pub fn recover(
             }
             std::fs::remove_file(dest.join(INTENT_FILE))
                 .with_context(|| format!("removing {}", dest.join(INTENT_FILE).display()))?;
-            copy::fsync_dir(dest)?;
+            fsx::fsync_dir(dest)?;
         }
         Some(Err(why)) => {
             log.note(
@@ -326,7 +326,7 @@ pub fn recover(
                 ),
             )?;
             place::remove_any(&path)?;
-            copy::fsync_dir(dest)?;
+            fsx::fsync_dir(dest)?;
         }
     }
     Ok(log.done)

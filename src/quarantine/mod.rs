@@ -10,6 +10,7 @@ pub mod release;
 pub mod trial;
 
 use crate::ledger::{Entry, Kind, Ledger};
+use crate::sys::fsx::{self, fsync_dir, Durability, Replace};
 use anyhow::{bail, Context, Result};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -89,24 +90,18 @@ pub fn same_filesystem(path: &Path, qdir: &Path) -> Result<bool> {
     Ok(dev_of(existing)? == dev_of(qdir)?)
 }
 
-/// Write meta.json atomically (temp + rename + dir fsync).
+/// Write meta.json atomically. Durable: it is the only record of where a quarantined item
+/// came from and the proofs it passed (the ledger holds the claim, not the proofs).
 pub fn write_meta(item: &Item) -> Result<()> {
-    let dir = item.dir();
-    let tmp = dir.join(".meta.json.tmp");
+    let path = item.dir().join(META);
     let text = serde_json::to_string_pretty(item)? + "\n";
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
-    std::io::Write::write_all(&mut f, text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(META))
-        .with_context(|| format!("writing {}", dir.join(META).display()))?;
-    fsync_dir(&dir)
-}
-
-pub fn fsync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("fsync of directory {}", dir.display()))
+    fsx::write_atomic(
+        &path,
+        text.as_bytes(),
+        Replace::new(Durability::Durable, 0o644),
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
 }
 
 /// Move `path` into quarantine under `qdir`: hash it, record it in the ledger, rename it.
@@ -133,7 +128,7 @@ pub fn quarantine_path(
     }
     let original =
         std::fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))?;
-    std::fs::create_dir_all(qdir)
+    fsx::create_dirs_durably(qdir)
         .with_context(|| format!("creating quarantine dir {}", qdir.display()))?;
     let qdir = std::fs::canonicalize(qdir)?;
     if original.starts_with(&qdir) || qdir.starts_with(&original) {
@@ -226,7 +221,10 @@ pub fn quarantine_path(
             )
         });
     }
+    // The moved entry, then the item's own directory in the store, and only then the
+    // original's removal: at no power cut is the item in neither place.
     fsync_dir(&item_dir)?;
+    fsync_dir(&qdir)?;
     fsync_dir(&parent)?;
     Ok(item)
 }

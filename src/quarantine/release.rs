@@ -4,8 +4,9 @@
 //! functions; the moves write their ledger record so the ledger never claims less
 //! quarantine than there is.
 
-use super::{fsync_dir, Item};
+use super::Item;
 use crate::ledger::{Entry, Kind, Ledger};
+use crate::sys::fsx::{create_dirs_durably, fsync_dir};
 use anyhow::{bail, Context, Result};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -70,7 +71,7 @@ pub fn release(
         }
     }
     let parent = dest.parent().unwrap_or(Path::new("/"));
-    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    create_dirs_durably(parent)?;
     std::fs::rename(&item.quarantined_path, dest).with_context(|| {
         format!(
             "moving {} back to {}",

@@ -7,6 +7,7 @@ pub mod clock;
 pub mod disk;
 pub mod environ;
 pub mod fskind;
+pub mod fsx;
 pub mod host;
 pub mod owner;
 pub mod pidinfo;

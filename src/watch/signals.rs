@@ -1,7 +1,12 @@
 //! roger's own signals while it watches: SIGINT/SIGTERM are to be forwarded to the run,
 //! SIGHUP is survived (nohup, a closed terminal), SIGCHLD wakes the loop at once when the run
 //! exits. A self-pipe turns them into bytes the loop waits on with a timeout, so the tick
-//! sleeps in one poll(2) instead of waking up to check flags.
+//! sleeps in one poll(2) instead of waking up to check flags. The critic daemon uses the same
+//! pipe for its SIGTERM/SIGINT.
+//!
+//! By hand (nix's sigaction), not signal-hook: its registry cannot give a signal back its
+//! default action (after `unregister`, SIGTERM would be ignored, not fatal, once a watch
+//! ended), and its iterator has no wait with a timeout, which the tick needs.
 
 use anyhow::{Context, Result};
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
@@ -25,10 +30,11 @@ extern "C" fn on_signal(sig: libc::c_int) {
 pub struct Signals {
     read: OwnedFd,
     _write: OwnedFd,
-    /// Handled on request (`[preempt]`'s SLURM signal), restored on drop too.
-    extra: Vec<Signal>,
+    /// Handled here, given back their default actions on drop.
+    handled: Vec<Signal>,
 }
 
+/// The watch's: SIGINT/SIGTERM to forward, SIGHUP to survive, SIGCHLD to wake at a child's exit.
 const HANDLED: [Signal; 4] = [
     Signal::SIGINT,
     Signal::SIGTERM,
@@ -37,33 +43,32 @@ const HANDLED: [Signal; 4] = [
 ];
 
 impl Signals {
-    /// Install the handlers (once per process).
+    /// Install the watch's handlers (one `Signals` per process at a time).
     pub fn install() -> Result<Signals> {
+        Signals::on(&HANDLED)
+    }
+
+    /// Turn `sigs` into wake-up bytes (one `Signals` per process at a time).
+    pub fn on(sigs: &[Signal]) -> Result<Signals> {
         let (read, write) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC)
                 .context("creating the signal pipe")?;
         WRITE_FD.store(write.as_raw_fd(), Ordering::Relaxed);
-        // A handler (not SIG_IGN) so the child does not inherit an ignored SIGHUP across exec.
-        let action = SigAction::new(
-            SigHandler::Handler(on_signal),
-            SaFlags::SA_RESTART,
-            SigSet::empty(),
-        );
-        for sig in HANDLED {
-            // SAFETY: the handler only calls write(2).
-            unsafe { signal::sigaction(sig, &action) }
-                .with_context(|| format!("installing {sig} handler"))?;
-        }
-        Ok(Signals {
+        let mut s = Signals {
             read,
             _write: write,
-            extra: Vec::new(),
-        })
+            handled: Vec::new(),
+        };
+        for &sig in sigs {
+            s.also(sig)?;
+        }
+        Ok(s)
     }
 
     /// Also turn `sig` into a wake-up byte (e.g. SLURM's USR1 notice, whose default action
     /// would kill roger).
     pub fn also(&mut self, sig: Signal) -> Result<()> {
+        // A handler (not SIG_IGN) so a child does not inherit an ignored SIGHUP across exec.
         let action = SigAction::new(
             SigHandler::Handler(on_signal),
             SaFlags::SA_RESTART,
@@ -72,7 +77,7 @@ impl Signals {
         // SAFETY: the handler only calls write(2).
         unsafe { signal::sigaction(sig, &action) }
             .with_context(|| format!("installing {sig} handler"))?;
-        self.extra.push(sig);
+        self.handled.push(sig);
         Ok(())
     }
 
@@ -120,7 +125,7 @@ impl Drop for Signals {
     /// the signals back their default actions.
     fn drop(&mut self) {
         WRITE_FD.store(-1, Ordering::Relaxed);
-        for sig in HANDLED.iter().chain(&self.extra).copied() {
+        for &sig in &self.handled {
             // SAFETY: restoring the default action.
             let _ = unsafe { signal::signal(sig, SigHandler::SigDfl) };
         }

@@ -2,7 +2,8 @@
 //! contents not fsynced since they were written, and directory entries (creates, renames,
 //! links, unlinks) not made durable by an fsync of their directory. When the armed cut point
 //! is reached the operation is not performed, it and everything after it fail with EIO (the
-//! machine is off), and `State::reboot` yields the durable state alone.
+//! machine is off), and `State::reboot` yields the durable state alone. `State::drvfs()`
+//! makes it answer like WSL2's drvfs/9p instead: EINVAL to a directory fsync, EPERM to a link.
 
 use super::state::State;
 use fuser::{
@@ -163,6 +164,9 @@ impl Filesystem for PowerCutFs {
     ) {
         let mut s = self.st();
         let r = (|| {
+            if s.drvfs {
+                return Err(Errno::EPERM);
+            }
             if s.child(newparent.0, newname).is_ok() {
                 return Err(Errno::EEXIST);
             }
@@ -290,6 +294,9 @@ impl Filesystem for PowerCutFs {
     }
 
     fn fsyncdir(&self, _: &Request, ino: INodeNo, _: FileHandle, _: bool, reply: ReplyEmpty) {
+        if self.st().drvfs {
+            return reply.error(Errno::EINVAL);
+        }
         match self.st().fsync(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),

@@ -6,8 +6,10 @@
 //! make of it. Skips (with a message) where FUSE cannot be mounted.
 
 mod detach;
+mod drvfs;
 mod fs;
 mod publish;
+mod quarantine;
 mod state;
 
 use crate::util::{roger_bin, Run};

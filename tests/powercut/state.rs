@@ -45,6 +45,8 @@ pub struct State {
     pub dead: bool,
     /// What each counted operation was, for failure messages.
     pub log: Vec<String>,
+    /// Behave like WSL2's drvfs/9p: directory fsync answers EINVAL, hard links EPERM.
+    pub drvfs: bool,
 }
 
 impl State {
@@ -58,6 +60,15 @@ impl State {
             cut_at: None,
             dead: false,
             log: Vec::new(),
+            drvfs: false,
+        }
+    }
+
+    /// An empty filesystem that behaves like drvfs/9p (see `drvfs`).
+    pub fn drvfs() -> State {
+        State {
+            drvfs: true,
+            ..State::new()
         }
     }
 
@@ -93,6 +104,7 @@ impl State {
             cut_at: None,
             dead: false,
             log: Vec::new(),
+            drvfs: self.drvfs,
         }
     }
 

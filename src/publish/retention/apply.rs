@@ -65,7 +65,7 @@ pub fn after_publish(
     }
     if !out.is_empty() {
         // The removals survive a power cut (else `recover` finishes them).
-        crate::publish::copy::fsync_dir(dir)?;
+        crate::sys::fsx::fsync_dir(dir)?;
     }
     Ok((out, plan.spared))
 }
