@@ -92,6 +92,7 @@ fn no_gpu_is_never_ok_unless_the_config_says_there_is_none() {
     let probe = env.run(&["probe", "--json", "--no-ledger"]);
     let v: serde_json::Value = serde_json::from_str(&probe.stdout()).unwrap();
     if !v["gpus"].as_array().unwrap().is_empty() {
+        // Not a missing component: this machine differs (CI machines have no GPU).
         eprintln!("SKIPPED no_gpu_is_never_ok: this machine has a GPU");
         return;
     }
@@ -188,8 +189,9 @@ fn chown_tree(p: &Path, uid: u32) {
     }
 }
 
-/// The temp dir itself must be reachable by the second user.
-fn open_up(env: &Env) {
+/// The temp dir itself must be reachable by the second user: false (through `util::missing`)
+/// when a directory above it is not.
+fn open_up(env: &Env, test: &str) -> bool {
     let mut p = env.dir.path().to_path_buf();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
     while let Some(parent) = p.parent() {
@@ -198,13 +200,28 @@ fn open_up(env: &Env) {
         }
         let mode = std::fs::metadata(parent).unwrap().permissions().mode();
         if mode & 0o001 == 0 {
-            eprintln!(
-                "SKIPPED: {} is not reachable by other users",
-                parent.display()
+            crate::util::missing(
+                test,
+                &format!(
+                    "a temp dir other users can reach ({} is not)",
+                    parent.display()
+                ),
+                "set TMPDIR to a directory whose parents are world-searchable",
             );
+            return false;
         }
         p = parent.to_path_buf();
     }
+    true
+}
+
+/// Root, to run commands as a second user; when not, says so through `util::missing`.
+fn root_for(test: &str) -> bool {
+    let root = is_root();
+    if !root {
+        crate::util::missing(test, "root (to switch users)", "run the tests as root");
+    }
+    root
 }
 
 fn as_nobody(env: &Env, args: &[&str]) -> crate::util::Run {
@@ -215,16 +232,22 @@ fn as_nobody(env: &Env, args: &[&str]) -> crate::util::Run {
 
 #[test]
 fn a_second_user_can_publish_after_sudo_roger_publish() {
-    if !is_root() {
-        eprintln!("SKIPPED a_second_user_can_publish_after_sudo_roger_publish: needs root to switch users");
+    const TEST: &str = "a_second_user_can_publish_after_sudo_roger_publish";
+    if !root_for(TEST) {
         return;
     }
     if std::fs::metadata(roger_bin()).unwrap().permissions().mode() & 0o001 == 0 {
-        eprintln!("SKIPPED: the roger binary is not executable by other users");
+        crate::util::missing(
+            TEST,
+            "a roger binary other users can execute",
+            "build where other users can run target/debug/roger (umask 022)",
+        );
         return;
     }
     let env = Env::new();
-    open_up(&env);
+    if !open_up(&env, TEST) {
+        return;
+    }
     publish_config(&env, "");
     env.write("ckpt-1.pt", torch_zip(1000, 1));
     env.write("ckpt-2.pt", torch_zip(1000, 2));
@@ -254,12 +277,14 @@ fn a_second_user_can_publish_after_sudo_roger_publish() {
 
 #[test]
 fn an_unwritable_ledger_stops_the_publish_before_the_copy() {
-    if !is_root() {
-        eprintln!("SKIPPED an_unwritable_ledger_stops_the_publish_before_the_copy: needs root to switch users");
+    const TEST: &str = "an_unwritable_ledger_stops_the_publish_before_the_copy";
+    if !root_for(TEST) {
         return;
     }
     let env = Env::new();
-    open_up(&env);
+    if !open_up(&env, TEST) {
+        return;
+    }
     publish_config(&env, "");
     env.write("ckpt-1.pt", torch_zip(1000, 1));
     std::fs::create_dir(env.path("ck")).unwrap();

@@ -1,7 +1,8 @@
 //! `[export]` end to end: the real `roger watch` (supervising examples/fake_train) and
 //! `roger critic --daemon` write the Prometheus textfile; Debian's `promtool` checks it and
 //! the shipped rules, and `prometheus-node-exporter` scrapes it while roger rewrites it.
-//! The Prometheus tools are optional here: each test that needs one says so and skips.
+//! Each test that needs one of the Prometheus tools says so when it is missing and skips (fails
+//! under CI, through `util::missing`).
 
 use crate::util::{self, Env};
 use crate::watch::{fake_train, poll_until, records, roger, wait_child};
@@ -43,7 +44,7 @@ fn watch_args(env: &Env, cues: &[&str]) -> Vec<String> {
     v
 }
 
-/// A tool from Debian's prometheus packages, or None with the reason printed.
+/// A tool from Debian's prometheus packages, or None (through `util::missing`).
 fn tool(name: &str, package: &str, test: &str) -> Option<PathBuf> {
     for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
         let p = Path::new(dir).join(name);
@@ -51,7 +52,11 @@ fn tool(name: &str, package: &str, test: &str) -> Option<PathBuf> {
             return Some(p);
         }
     }
-    eprintln!("SKIP {test}: {name} not installed (apt-get install --no-install-recommends {package}; .ci/run does)");
+    crate::util::missing(
+        test,
+        name,
+        &format!("apt-get install --no-install-recommends {package}; .ci/run does"),
+    );
     None
 }
 

@@ -9,7 +9,8 @@ use crate::util::{repo_root, Env};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Compile `src` into `dir/name` as a shared object; None (the test skips) without a C compiler.
+/// Compile `src` into `dir/name` as a shared object; None (the test skips, or fails under CI)
+/// without a C compiler.
 fn cc_shared(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
     std::fs::create_dir_all(dir).unwrap();
     let c = dir.join(format!("{name}.c"));
@@ -25,7 +26,11 @@ fn cc_shared(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
         Ok(o) if o.status.success() => Some(out),
         Ok(o) => panic!("cc failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            println!("skipped: no C compiler (cc: {e}); install gcc to run the fake-library tests");
+            crate::util::missing(
+                &crate::util::this_test(),
+                "a C compiler (cc)",
+                &format!("apt-get install gcc; .ci/run does; running cc: {e}"),
+            );
             None
         }
     }
@@ -310,6 +315,7 @@ fn in_a_container_pid_namespace_holders_are_listed_not_judged() {
 #[test]
 fn auto_falling_back_to_nvidia_smi_warns_and_says_why() {
     if roger::gpu::dl::Library::open_first(&roger::gpu::nvml::LIB_NAMES).is_ok() {
+        // Not a missing component: this machine differs (CI machines have no GPU driver).
         println!("skipped: a real NVML is installed, so `auto` does not fall back");
         return;
     }

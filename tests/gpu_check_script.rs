@@ -79,10 +79,22 @@ fn check(env: &Env, r: &Reports, bin: Option<&str>) -> (i32, String, Option<Valu
     )
 }
 
+/// check.sh's interpreters; when one is missing, says so through `util::missing`.
+fn have_bash_and_python() -> bool {
+    let ok = available("bash") && available("python3");
+    if !ok {
+        crate::util::missing(
+            &crate::util::this_test(),
+            "bash and python3 (tests/gpu/check.sh runs in them)",
+            "apt-get install bash python3; .ci/run does",
+        );
+    }
+    ok
+}
+
 #[test]
 fn good_numbers_pass_and_every_step_leaves_valid_json() {
-    if !available("bash") || !available("python3") {
-        println!("skipped: check.sh needs bash and python3");
+    if !have_bash_and_python() {
         return;
     }
     let env = Env::new();
@@ -116,8 +128,7 @@ fn good_numbers_pass_and_every_step_leaves_valid_json() {
 
 #[test]
 fn a_slow_gemm_a_fallback_reader_or_no_binary_fail_with_the_reason() {
-    if !available("bash") || !available("python3") {
-        println!("skipped: check.sh needs bash and python3");
+    if !have_bash_and_python() {
         return;
     }
     // Before: check.sh printed everything and exited 0 whatever it saw.
@@ -171,11 +182,11 @@ fn a_slow_gemm_a_fallback_reader_or_no_binary_fail_with_the_reason() {
 #[test]
 fn the_real_roger_without_a_gpu_fails_every_check_with_valid_json() {
     // The field names check.sh reads are the ones roger writes: run it on the real binary.
-    if !available("bash") || !available("python3") {
-        println!("skipped: check.sh needs bash and python3");
+    if !have_bash_and_python() {
         return;
     }
     if roger::bench::libs::driver_present() {
+        // Not a missing component: this machine differs (CI machines have no GPU).
         println!("skipped: a CUDA driver is installed here");
         return;
     }

@@ -213,8 +213,10 @@ fn progress_bar_is_drawn_on_a_terminal_for_a_publish_and_a_log_read() {
         .output()
         .is_err()
     {
-        eprintln!(
-            "SKIP progress_bar_is_drawn_on_a_terminal: no `script` (util-linux) to make a pty"
+        crate::util::missing(
+            "progress_bar_is_drawn_on_a_terminal_for_a_publish_and_a_log_read",
+            "`script` (to make a pty)",
+            "apt-get install bsdutils (util-linux)",
         );
         return;
     }

@@ -1,6 +1,6 @@
 //! `format = "tensorboard"` and `format = "mlflow"` end to end: the real binary on event
 //! files and MLflow runs written by the real writers (committed fixtures, and pip
-//! `tensorboardX` / `mlflow-skinny` at test time, skipped with a reason when missing).
+//! `tensorboardX` / `mlflow-skinny` at test time; missing, they skip with a reason, or fail under CI).
 
 use crate::critic::{check, json_out};
 use crate::util::{repo_root, Env};
@@ -33,7 +33,7 @@ fn copy_fixture(env: &Env, name: &str, to: &str) {
     }
 }
 
-/// Whether `python3 -c "import <module>"` works; prints why a test is skipped when not.
+/// Whether `python3 -c "import <module>"` works; when not, says so through `util::missing`.
 pub(crate) fn python_has(module: &str, test: &str) -> bool {
     let ok = Command::new("python3")
         .args(["-c", &format!("import {module}")])
@@ -42,8 +42,17 @@ pub(crate) fn python_has(module: &str, test: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!(
-            "SKIPPED {test}: python3 cannot import {module} (pip install {module}; .ci/run does)"
+        crate::util::missing(
+            test,
+            &format!("python3's {module} module"),
+            &format!(
+                "python3 -m pip install {}; .ci/run does",
+                if module == "mlflow" {
+                    "mlflow-skinny"
+                } else {
+                    module
+                }
+            ),
         );
     }
     ok

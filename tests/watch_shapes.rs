@@ -90,6 +90,14 @@ fn never_killed(env: &Env, run: &Run) {
     assert_eq!(run.code(), 0, "\n{}", run.report());
 }
 
+fn no_timeout(test: &str) {
+    crate::util::missing(
+        test,
+        "sh and coreutils' `timeout`",
+        "apt-get install coreutils",
+    );
+}
+
 /// Whether `sh` and coreutils' `timeout` are here (they are on any Linux CI).
 fn have_timeout() -> bool {
     Command::new("timeout")
@@ -101,7 +109,7 @@ fn have_timeout() -> bool {
 #[test]
 fn work_done_only_by_short_lived_children_is_not_idleness() {
     if !have_timeout() {
-        eprintln!("SKIPPED work_done_only_by_short_lived_children_is_not_idleness: no `timeout`");
+        no_timeout("work_done_only_by_short_lived_children_is_not_idleness");
         return;
     }
     let env = Env::new();
@@ -226,16 +234,23 @@ impl TestCgroup {
                 .then(|| pre.split(' ').nth(4).map(std::path::PathBuf::from))?
         });
         let Some(mount) = mount else {
-            eprintln!("SKIPPED {test}: no cgroup2 mount");
+            crate::util::missing(
+                test,
+                "a cgroup2 mount",
+                "a systemd host mounts one at /sys/fs/cgroup",
+            );
             return None;
         };
         let dir = mount.join(format!("roger-{test}-{}", std::process::id()));
         match std::fs::create_dir(&dir) {
             Ok(()) => Some(TestCgroup(dir)),
             Err(e) => {
-                eprintln!(
-                    "SKIPPED {test}: cannot create a cgroup under {}: {e}",
-                    mount.display()
+                crate::util::missing(
+                    test,
+                    &format!("a writable cgroup2 mount ({})", mount.display()),
+                    &format!(
+                        "run as root outside a read-only container cgroup; creating one said: {e}"
+                    ),
                 );
                 None
             }
@@ -259,7 +274,7 @@ impl Drop for TestCgroup {
 fn an_attached_run_in_its_own_cgroup_is_judged_by_the_cgroups_counters() {
     let test = "own_cgroup";
     if !have_timeout() {
-        eprintln!("SKIPPED {test}: no `timeout`");
+        no_timeout(test);
         return;
     }
     let Some(cg) = TestCgroup::new(test) else {

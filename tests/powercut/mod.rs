@@ -3,7 +3,7 @@
 //! operations (writes, fsyncs, renames, creates, links, unlinks) of one command, then cuts
 //! power before each of them in turn — and once more after the command returned — reboots
 //! with only the durable state, and checks what the disk holds and what the next commands
-//! make of it. Skips (with a message) where FUSE cannot be mounted.
+//! make of it. Skips (with a message; fails under CI) where FUSE cannot be mounted.
 
 mod detach;
 mod drvfs;
@@ -26,7 +26,8 @@ pub struct Rig {
 }
 
 impl Rig {
-    /// `None`, with a SKIPPED line naming `test`, when FUSE cannot be mounted here.
+    /// `None` when FUSE cannot be mounted here (through `util::missing`: a SKIPPED line naming
+    /// `test`, a failure under CI).
     pub fn new(test: &str) -> Option<Rig> {
         let rig = Rig {
             dir: tempfile::tempdir().expect("temp dir"),
@@ -39,13 +40,21 @@ impl Rig {
                 let probe = std::fs::write(rig.disk().join("probe"), b"x");
                 drop(m);
                 if let Err(e) = probe {
-                    eprintln!("SKIPPED {test}: the FUSE mount does not answer: {e}");
+                    crate::util::missing(
+                        test,
+                        "a FUSE mount that answers",
+                        &format!("writing through it said: {e}"),
+                    );
                     return None;
                 }
                 Some(rig)
             }
             Err(e) => {
-                eprintln!("SKIPPED {test}: cannot mount a FUSE filesystem (needs /dev/fuse and root): {e}");
+                crate::util::missing(
+                    test,
+                    "permission to mount a FUSE filesystem",
+                    &format!("needs /dev/fuse and root; mounting said: {e}"),
+                );
                 None
             }
         }

@@ -1,6 +1,7 @@
 //! The page in a real browser (Debian's chromium-headless-shell, offline): the DOM it builds
 //! has the headline, the incident rows and one `<svg>` per plot, and its screenshot is a
-//! picture (pixel variance), not a blank page. Skipped, saying so, without a browser.
+//! picture (pixel variance), not a blank page. Without a browser: skipped, saying so (a failure
+//! under CI).
 
 use super::{browser, chromium};
 use crate::util::Env;
@@ -41,10 +42,18 @@ fn screenshot(env: &Env, bin: &Path, page: &Path, out: &Path) -> Vec<u8> {
     png
 }
 
+fn no_browser() {
+    crate::util::missing(
+        &crate::util::this_test(),
+        "chromium-headless-shell (or chromium) on PATH",
+        "apt-get install chromium-headless-shell; .ci/run does",
+    );
+}
+
 /// DOM and screenshot checks for a report page with these incident kinds (CSS-class form).
 pub(crate) fn check_page(env: &Env, page: &Path, incidents: &[&str]) {
     let Some(bin) = browser() else {
-        eprintln!("skipped: no chromium-headless-shell or chromium on PATH (.ci/run installs it)");
+        no_browser();
         return;
     };
     let o = chromium(env, &bin, &["--dump-dom"], page);
@@ -84,6 +93,7 @@ pub(crate) fn check_page(env: &Env, page: &Path, incidents: &[&str]) {
 /// The README's picture of the example night, made by the same browser.
 pub(crate) fn screenshot_to_docs(env: &Env, page: &Path) {
     let Some(bin) = browser() else {
+        no_browser();
         return;
     };
     let dir = crate::util::repo_root().join("docs");

@@ -93,7 +93,11 @@ fn script_in_the_name_keys_and_records_renders_as_text() {
         );
         assert!(!dom.contains("<img"), "the browser built an <img> element");
     } else {
-        eprintln!("skipped the browser half: no chromium-headless-shell or chromium on PATH");
+        crate::util::missing(
+            "script_in_the_name_keys_and_records_renders_as_text (its browser half)",
+            "chromium-headless-shell (or chromium) on PATH",
+            "apt-get install chromium-headless-shell; .ci/run does",
+        );
     }
 }
 

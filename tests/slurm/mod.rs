@@ -728,7 +728,15 @@ fn slurm_signal_save_requeue_and_resume_on_a_real_scheduler() {
         .expect("running tests/slurm/setup.sh");
     let said = String::from_utf8_lossy(&out.stdout).to_string();
     if out.status.code() == Some(3) {
-        eprintln!("slurm_signal_save_requeue: {}", said.trim());
+        // setup.sh says why: not root, a slurm/munge binary missing, a real cluster's config.
+        util::missing(
+            "slurm_signal_save_requeue_and_resume_on_a_real_scheduler",
+            "a single-node SLURM that tests/slurm/setup.sh can start",
+            &format!(
+                "apt-get install slurm-wlm munge, as root; .ci/run does; setup.sh said: {}",
+                said.trim()
+            ),
+        );
         return;
     }
     assert!(

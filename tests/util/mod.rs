@@ -16,6 +16,34 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Whether this is CI (`CI` set to anything but empty, `0` or `false`; CI services set
+/// `CI=true`), where every component a test needs is installed by `.ci/run`.
+pub fn on_ci() -> bool {
+    std::env::var("CI")
+        .is_ok_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false"))
+}
+
+/// The running test's name, for helpers that do not know it (libtest names each test's
+/// thread after it).
+pub fn this_test() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_string()
+}
+
+/// `test` cannot run here because `component` is missing (`how` says how to get it). The one
+/// place a test gives up for a missing component: under CI this panics naming the component,
+/// so a CI run cannot go green by skipping; on a developer machine it prints a SKIPPED line
+/// and the caller returns. Not for conditions where the machine legitimately differs (a real
+/// GPU present): those stay plain conditions at their test.
+pub fn missing(test: &str, component: &str, how: &str) {
+    if on_ci() {
+        panic!("{test}: {component} is missing ({how}); CI must run every test, so this fails instead of skipping");
+    }
+    eprintln!("SKIPPED {test}: {component} is missing ({how})");
+}
+
 pub struct Env {
     pub dir: tempfile::TempDir,
 }
@@ -156,8 +184,9 @@ pub fn listing(root: &Path) -> String {
 }
 
 /// A small tmpfs mounted at `dir` for the life of the guard (lazily unmounted on drop,
-/// whatever the test's outcome). `None` — with a SKIPPED line on stderr naming `test` — when
-/// mounting is not permitted (not root, or in a container without CAP_SYS_ADMIN).
+/// whatever the test's outcome). `None` — through [`missing`]: a SKIPPED line naming `test`,
+/// a failure under CI — when mounting is not permitted (not root, or in a container without
+/// CAP_SYS_ADMIN).
 pub fn mount_tmpfs(dir: &Path, size: &str, test: &str) -> Option<Tmpfs> {
     std::fs::create_dir_all(dir).expect("mount point");
     let mounted = Command::new("mount")
@@ -168,7 +197,11 @@ pub fn mount_tmpfs(dir: &Path, size: &str, test: &str) -> Option<Tmpfs> {
     match mounted {
         Ok(o) if o.status.success() => Some(Tmpfs(dir.to_path_buf())),
         other => {
-            eprintln!("SKIPPED {test}: cannot mount a {size} tmpfs (needs root): {other:?}");
+            missing(
+                test,
+                &format!("permission to mount a {size} tmpfs"),
+                &format!("run as root, or with CAP_SYS_ADMIN in a container; mount said {other:?}"),
+            );
             None
         }
     }
