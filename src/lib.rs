@@ -30,10 +30,8 @@ pub mod schedule;
 pub mod sentinel;
 pub mod status;
 pub mod sys;
+pub mod untrusted;
 pub mod watch;
-
-#[cfg(test)]
-mod fuzz;
 
 use clap::Parser;
 use std::ffi::OsString;
