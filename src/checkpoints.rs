@@ -466,4 +466,22 @@ mod tests {
         let recs = ledger_with(vec![publish(100)]);
         assert!(last_good(&recs, "other", None, &mut ok).chosen.is_none());
     }
+
+    /// Issue 10 item 11 (found by the fuzz harness, 840986a): a publish record's sha256 cut
+    /// for the "bytes changed" message inside a 2-byte char panicked.
+    #[test]
+    fn regress_non_ascii_sha256_in_publish_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ckpt-1.pt");
+        std::fs::write(&p, b"weights").unwrap();
+        let c = Checkpoint {
+            path: p,
+            sha256: "abcdefghijkééé".into(),
+            size: 7,
+            step: Some(1),
+            seq: 1,
+        };
+        let why = verify_on_disk(&c).unwrap_err();
+        assert!(why.contains("recorded abcdefghijk size 7"), "{why}");
+    }
 }

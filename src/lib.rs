@@ -30,10 +30,8 @@ pub mod schedule;
 pub(crate) mod sentinel;
 pub(crate) mod status;
 pub mod sys;
+pub mod untrusted;
 pub(crate) mod watch;
-
-#[cfg(test)]
-mod fuzz;
 
 use std::ffi::OsString;
 

@@ -19,6 +19,7 @@ mod ledger;
 mod notify;
 mod powercut;
 mod probe;
+mod props;
 mod publish;
 mod publish_detach;
 mod quarantine;

@@ -555,4 +555,23 @@ pub(crate) mod tests {
             .unwrap()
             .contains("no driver"));
     }
+
+    /// Found by the fuzz harness's long nvidia-smi run (d440671): one PID's VRAM on one GPU
+    /// summed past u64 by the critic's VRAM read.
+    #[test]
+    fn regress_critic_vram_per_gpu_sum_past_u64() {
+        let processes = crate::gpu::smi::parse_apps("2,,4\n2,,79703710938795", &[]).unwrap();
+        let snap = GpuSnapshot {
+            gpus: Vec::new(),
+            processes,
+            source: "smi".into(),
+            ..Default::default()
+        };
+        let mut reader = FakeGpu::new(vec![Ok(snap)]);
+        let v = read_vram(&mut reader, &[2]);
+        assert_eq!(
+            v.used_gib.map(|n| n.0),
+            Some(u64::MAX as f64 / f64::from(1u32 << 30))
+        );
+    }
 }

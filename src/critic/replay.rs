@@ -139,4 +139,16 @@ mod tests {
             r[0].differences
         );
     }
+
+    /// Found by the fuzz harness's long ledger run (eab314e), its minimised input: a verdict
+    /// whose archived observation declares a quiet period `every = 0` (config validation
+    /// refuses it, an edited ledger need not) made `critic --replay` divide by zero.
+    #[test]
+    fn regress_replayed_observation_with_quiet_every_zero() {
+        let input: &[u8] = b"{\"\":[{\"\":{\"\":0},\"\":\"\",\"\":\"\"},{\"\":\"\",\"\":\"\",\"\":{\"\":0},\"\":\"\",\"\":{\"\":0},\"\":\"\",\"\":\"\"},{\"\":\"\",\"\":{\"\":[],\"\":0,\"\":3},\"\":{\"\":9,\"\":0},\"\":\"\",\"\":\"\"}],\"hash\":\"\",\"kind\":\"verdict\",\"observation\":{\"advanced_at\":0,\"config_hash\":\"\",\"evals\":[],\"garbage_total\":0,\"\":null,\"\":0,\"now\":1,\"phase\":{\"from\":0,\"\":8,\"\":[],\"\":null,\"\":null,\"name\":\"\",\"stale_s\":3,\"\":0,\"\":0,\"window\":0},\"quiet\":[{\"duration_s\":0,\"every\":0,\"name\":\"\"}],\"samples_total\":2,\"\":{\"\":\"\",\"\":null,\"\":\"\",\"\":0,\"\":0.6,\"\":2,\"\":0.2,\"\":2,\"\":0},\"settings\":{\"band_samples\":5,\"eval_window\":3,\"grad_nonfinite_consecutive\":3,\"min_samples\":5},\"step\":1,\"window\":[{\"step\":0,\"values\":{\"\":0,\"\":1}},{\"step\":0,\"values\":{\"\":0.1}},{\"step\":0,\"values\":{\"o\":0.01}},{\"step\":30,\"values\":{\"\":1.01}},{\"step\":40,\"values\":{\"g\":1}},{\"step\":60,\"values\":{\"\":94,\"\":1}},{\"step\":70,\"values\":{\"\":1.01}},{\"step\":80,\"values\":{\"gd\":1}},{\"step\":90,\"values\":{\"gm\":1,\"\":1}},{\"step\":0,\"values\":{\"nr\":0}},{\"step\":1,\"values\":{\"\":1.01}}]},\"prev\":\"50\",\"run\":\"r\",\"seq\":3,\"source\":\"critic\",\"s\":\"\",\"sp\":1,\"ts\":\"2023-11-14T22:13:22.000Z\"}\n";
+        let scan = crate::ledger::scan_bytes(input);
+        assert_eq!(scan.records.len(), 1);
+        let replayed = replay(&scan.records);
+        assert!(replayed[0].recomputed.is_some(), "{:?}", replayed[0]);
+    }
 }

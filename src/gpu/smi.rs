@@ -278,4 +278,14 @@ mod tests {
             .unwrap_err()
             .contains("bad pid"));
     }
+
+    /// Found by the fuzz harness (b76a294): a memory value in MiB past u64 once in bytes
+    /// (debug builds panicked on the overflow; release wrapped to nonsense). Saturates.
+    #[test]
+    fn regress_smi_memory_past_u64_in_bytes() {
+        let g = parse_gpus("0,,,,,,,,,,,,,,\n1,,,,24897202737452,,,,,,,,,,").unwrap();
+        assert_eq!(g[1].memory_total, Some(u64::MAX));
+        let a = parse_apps("1, GPU-x, 24897202737452\n", &g).unwrap();
+        assert_eq!(a[0].used_memory, Some(u64::MAX));
+    }
 }

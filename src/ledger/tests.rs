@@ -193,3 +193,13 @@ fn a_parseable_tail_that_does_not_link_is_left_on_its_own_line() {
     let scan = l.scan().unwrap();
     assert!(scan.first_break().is_some());
 }
+
+/// Issue 10 item 11 (the fuzz harness finds it on the old code in 778 inputs, 840986a): a
+/// record's hash cut to 12 bytes for the mismatch message inside a 2-byte char panicked.
+#[test]
+fn regress_non_ascii_hash_in_ledger() {
+    let line = r#"{"seq":1,"ts":"2026-01-01T00:00:00.000Z","kind":"note","source":"s","run":"r","prev":"0000000000000000000000000000000000000000000000000000000000000000","hash":"abcdefghijkéé"}"#;
+    let scan = scan_bytes(format!("{line}\n").as_bytes());
+    let p = scan.first_break().expect("a broken record");
+    assert!(p.what.contains("stored abcdefghijk,"), "{}", p.what);
+}

@@ -150,17 +150,22 @@ pub fn pending(dest: &Path) -> Result<Vec<Queued>> {
 
 /// Bytes the queued publishes will still need in the destination. Pure.
 pub fn queued_bytes(queue: &[Queued]) -> u64 {
-    queue.iter().filter(|q| !q.in_place).map(|q| q.size).sum()
+    // Saturating: an entry is a file anyone can edit.
+    queue
+        .iter()
+        .filter(|q| !q.in_place)
+        .fold(0, |n, q| n.saturating_add(q.size))
 }
 
 /// The next id: nanoseconds since the epoch, zero-padded so names sort in queue order, and
 /// after every id still queued even if the clock went back. Pure.
 pub fn next_id(queued: &[Queued], now_nanos: u128) -> String {
+    // Ids roger writes fit a u64; one that does not (an edited entry) cannot overflow this.
     let last = queued
         .iter()
-        .filter_map(|q| q.id.parse::<u128>().ok())
+        .filter_map(|q| q.id.parse::<u64>().ok())
         .max()
-        .map_or(0, |l| l + 1);
+        .map_or(0, |l| u128::from(l) + 1);
     format!("{:020}", now_nanos.max(last))
 }
 
@@ -436,6 +441,20 @@ pub(crate) mod tests {
         assert_eq!(next_id(&queued, 50), "00000000000000000101");
         assert_eq!(next_id(&queued, 200), "00000000000000000200");
         assert!(next_id(&queued, 50) > queued[0].id);
+    }
+
+    /// Found writing the queue entry fuzz target (issue 27): entries edited to sizes that sum
+    /// past u64, or to an id past u128, panicked `publish --detach`, `status` and the report
+    /// in debug builds (and wrapped in release). Sums saturate; an id that is not a u64 (ids
+    /// are zero-padded nanoseconds) does not take part in choosing the next one.
+    #[test]
+    fn regress_queue_sizes_and_ids_past_the_integers() {
+        let big = [q("1", u64::MAX, false), q("2", 1, false)];
+        assert_eq!(queued_bytes(&big), u64::MAX);
+        let ids = [q("340282366920938463463374607431768211455", 1, false)];
+        assert_eq!(next_id(&ids, 7), "00000000000000000007");
+        let ids = [q(&u64::MAX.to_string(), 1, false)];
+        assert_eq!(next_id(&ids, 7), "18446744073709551616");
     }
 
     #[test]

@@ -238,4 +238,36 @@ mod tests {
         let (go, _) = purge_plan(&items, week, true, t(8 * day));
         assert_eq!(go.len(), 3);
     }
+
+    /// Same class as issue 10 item 11 (840986a): an item.json edited to a short or non-ASCII
+    /// sha256 made `quarantine release` panic cutting it for the "bytes changed" message.
+    #[test]
+    fn regress_short_or_non_ascii_sha256_in_quarantine_item() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = dir.path().join("q/item/ckpt-1.pt");
+        std::fs::create_dir_all(held.parent().unwrap()).unwrap();
+        std::fs::write(&held, b"weights").unwrap();
+        let ledger = Ledger::new(dir.path().join("l.jsonl"));
+        for sha in ["abc", "abcdefghijkééé"] {
+            let item: Item = serde_json::from_value(serde_json::json!({
+                "id": "item",
+                "original_path": dir.path().join("ckpt-1.pt"),
+                "quarantined_path": held,
+                "reason": "r",
+                "sha256": sha,
+                "size": 7,
+                "added_at": "2026-01-01T00:00:00Z",
+                "proofs": [{"at": "2026-01-01T00:00:00Z", "command": ["true"], "exit_code": 0,
+                            "passed": true, "duration_s": 0.1, "output_tail": ""}],
+            }))
+            .unwrap();
+            let e = release(&item, None, "t", &ledger, Utc::now())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("its bytes changed since it was quarantined"),
+                "{e}"
+            );
+        }
+    }
 }

@@ -136,7 +136,7 @@ impl QueuedPublishes {
             .min();
         Some(QueuedPublishes {
             count: queue.len(),
-            bytes: queue.iter().map(|q| q.size).sum(),
+            bytes: queue.iter().fold(0, |n, q| n.saturating_add(q.size)),
             oldest_age_s: oldest.map(|t| {
                 ((now - t.with_timezone(&Utc)).num_milliseconds() as f64 / 1000.0).max(0.0)
             }),
@@ -456,5 +456,19 @@ mod tests {
             s.words(),
             "2 queued publishes (3.0 KiB), oldest queued 1h 00m ago, to /ck"
         );
+    }
+
+    /// Found writing the queue entry fuzz target (issue 27): queue entries edited to sizes
+    /// that sum past u64 panicked `status` and the report (debug builds). The sum saturates.
+    #[test]
+    fn regress_queued_publishes_sizes_past_u64() {
+        let now = Utc::now();
+        let s = QueuedPublishes::of(
+            &[q("1", u64::MAX, false), q("2", 1, false)],
+            std::path::Path::new("/ck"),
+            now,
+        )
+        .unwrap();
+        assert_eq!(s.bytes, u64::MAX);
     }
 }

@@ -133,4 +133,12 @@ mod tests {
     fn real_meminfo_reads() {
         assert!(memory().unwrap().total > 0);
     }
+
+    /// Found by the fuzz harness (b76a294): a meminfo kB value past u64 once in bytes
+    /// overflowed. Saturates.
+    #[test]
+    fn regress_meminfo_kb_past_u64_in_bytes() {
+        let m = parse_meminfo("MemTotal:0\nMemAvailable:0\nSwapTotal:112952220998733294").unwrap();
+        assert_eq!(m.swap_total, u64::MAX);
+    }
 }

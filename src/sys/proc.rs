@@ -450,4 +450,24 @@ mod tests {
         assert_eq!(t.len(), 3);
         assert_eq!(f.group_members(10).unwrap(), vec![10, 11, 12]);
     }
+
+    /// Found by the fuzz harness (b76a294): /proc/PID/stat utime + stime summed past u64.
+    #[test]
+    fn regress_proc_stat_utime_plus_stime_overflows() {
+        let s = parse_stat(
+            "7()S 0 6 4 0 1 4 6 0 5 5 18446744073709551615 4 0 0 8 0 0 0 0",
+            100.0,
+        )
+        .unwrap();
+        assert_eq!(s.cpu_s, u64::MAX as f64 / 100.0);
+    }
+
+    /// Found by the fuzz harness (b76a294): /proc/PID/io rchar + wchar summed past u64.
+    #[test]
+    fn regress_proc_io_rchar_plus_wchar_overflows() {
+        assert_eq!(
+            parse_io("rchar: 18446744073709551615\nwchar: 1\n"),
+            Some(u64::MAX)
+        );
+    }
 }

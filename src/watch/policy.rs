@@ -456,4 +456,21 @@ mod tests {
             VramGate::Clear
         );
     }
+
+    /// Found by the fuzz harness's long replay run (840986a): per-process VRAM in a recording
+    /// (the same numbers come from NVML or nvidia-smi) summed past u64 by `memory_of` and by
+    /// the VRAM gate.
+    #[test]
+    fn regress_process_vram_sum_past_u64() {
+        let r: crate::gpu::replay::Recording = serde_json::from_str(
+            r#"{"snapshots":[{"gpus":[{"index":0,"name":"","uuid":"","":0,"":0}],"processes":[{"pid":2,"gpu":0,"used_memory":3},{"pid":1,"gpu":0,"used_memory":18446744073709551615}],"source":""}]}"#,
+        )
+        .unwrap();
+        let snap = &r.snapshots[0];
+        assert_eq!(snap.memory_of(&[1, 2]), Some(u64::MAX));
+        match vram_gate(snap, &[], &[0]) {
+            VramGate::Foreign { bytes, .. } => assert_eq!(bytes, u64::MAX),
+            other => panic!("{other:?}"),
+        }
+    }
 }

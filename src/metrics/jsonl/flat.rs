@@ -386,8 +386,14 @@ fn value(b: &[u8], i: usize, c: u8, mask: u32, keys: &Keys, fields: &mut Fields)
 #[cfg(test)]
 mod tests {
     use super::super::JsonlParser;
-    use crate::fuzz::{Gen, NUMBERS};
     use crate::metrics::mapping::{Clock, KeyList, MetricsConfig, TimeUnit, VramUnit};
+    use gen::{Gen, NUMBERS};
+
+    /// The property tests' input generator, the same file (one generator, not two).
+    #[allow(dead_code)]
+    mod gen {
+        include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/props/gen.rs"));
+    }
 
     /// Configs whose keys stress the word lookup: separators, one key for two targets, keys
     /// that are prefixes of others, keys at and past 8 and 16 bytes, other clocks.

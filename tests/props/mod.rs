@@ -1,27 +1,24 @@
-//! Fuzzing every parser of a file roger did not write, inside `cargo test`: a fixed seed, a
-//! bounded count per parser, structure-aware mutation of real samples. Zero panics is the bar.
+//! Bounded property tests over every parser of input roger did not write: a fixed seed, a
+//! modest count per parser, structure-aware mutation of real samples, each input through
+//! `roger::untrusted` (the parser and what roger does next with its output). Zero panics is
+//! the property. Hours of coverage-guided fuzzing of the same entry points: `fuzz/` (README).
 //!
-//! Each target builds inputs from valid seeds (fixtures, real /proc files read at test time,
-//! synthesised records) with [`Gen::mutate`] and calls the parser's pure entry point, and what
-//! roger does next with its output, under `catch_unwind`. A panic fails the test with the
-//! input shrunk and printed as a byte-string literal, the seed and the iteration, so it can be
-//! pasted into a `regress_*` test. (Seeds from /proc differ between machines; the printed
-//! input is what reproduces.)
+//! A panic fails the test with the input shrunk and printed as a byte-string literal, the
+//! seed and the iteration, so it can be pasted into a named regression test. (Seeds from /proc
+//! differ between machines; the printed input is what reproduces.)
 //!
-//! Counts: each target's bounded default is the `iters(..)` in its `#[test]`, sized for the
-//! debug test profile (its overflow checks are what find integer overflows). A long local run,
-//! with the same checks in an optimised build, one target or all:
+//! A longer run, with the overflow checks that find integer overflows kept in an optimised
+//! build, one target or all (`ROGER_FUZZ_ITERS` replaces every target's count;
+//! `ROGER_FUZZ_SEED=N` another stream):
 //! `CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true
-//!  ROGER_FUZZ_ITERS=10000000 cargo test --release --lib fuzz::logs::fuzz_jsonl -- --nocapture`
-//! (`ROGER_FUZZ_ITERS` replaces every target's count; `ROGER_FUZZ_SEED=N` another stream).
+//!  ROGER_FUZZ_ITERS=1000000 cargo test --release --test integration props::logs::jsonl -- --nocapture`
 
-mod events;
 mod gen;
 mod ledger;
 mod logs;
 mod system;
 
-pub use gen::{Gen, NUMBERS, WEIRD};
+pub use gen::{Gen, MAX_LEN, NUMBERS, WEIRD};
 
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -29,11 +26,9 @@ use std::sync::Once;
 
 /// The default stream; a failure report names the seed that produced it.
 const SEED: u64 = 0x5EED_0F20_2610;
-/// Inputs are capped so one slow input cannot dominate a bounded run.
-pub const MAX_LEN: usize = 256 << 10;
 
 thread_local! {
-    /// Set while a fuzz target runs on this thread: its panics are caught and reported by the
+    /// Set while a property runs on this thread: its panics are caught and reported by the
     /// harness, not printed by the default hook (other tests' panics still are).
     static QUIET: RefCell<Option<String>> = const { RefCell::new(None) };
 }
@@ -117,12 +112,13 @@ fn minimise(check: &dyn Fn(&[u8]), input: &[u8], msg: &str) -> Vec<u8> {
 
 /// Run `check` on `n` inputs made by `make`; panic with a reproducible report on the first
 /// input that panics. Returns the count tried.
-pub fn run(
+pub fn run<R>(
     name: &str,
     n: u64,
     make: &mut dyn FnMut(&mut Gen) -> Vec<u8>,
-    check: &dyn Fn(&[u8]),
+    check: &dyn Fn(&[u8]) -> R,
 ) -> u64 {
+    let check = &|b: &[u8]| drop(check(b));
     install_hook();
     // Each target its own stream, fixed by its name.
     let seed = base_seed()
@@ -140,7 +136,7 @@ pub fn run(
             let small = minimise(check, &input, &msg);
             let again = panics(check, &small).unwrap_or(msg);
             panic!(
-                "fuzz {name}: input {i} of {n} (seed {:#x}) panicked:\n{again}\nminimised input ({} bytes, from {}):\nb\"{}\"",
+                "property {name}: input {i} of {n} (seed {:#x}) panicked:\n{again}\nminimised input ({} bytes, from {}):\nb\"{}\"",
                 base_seed(),
                 small.len(),
                 input.len(),
@@ -149,17 +145,35 @@ pub fn run(
         }
     }
     println!(
-        "fuzz {name}: {n} inputs, seed {:#x}, no panic ({:.1}s)",
+        "property {name}: {n} inputs, seed {:#x}, no panic ({:.2}s)",
         base_seed(),
         started.elapsed().as_secs_f64()
     );
     n
 }
 
+/// Every valid seed gets past the parser (`read` says how much it read), so the mutations
+/// start from inputs that reach what roger does next, not only the parser's error path.
+#[track_caller]
+pub fn seeds_read<R: PartialEq + Default + std::fmt::Debug>(
+    name: &str,
+    seeds: &[Vec<u8>],
+    read: impl Fn(&[u8]) -> R,
+) {
+    for (i, s) in seeds.iter().enumerate() {
+        assert_ne!(
+            read(s),
+            R::default(),
+            "{name}: seed {i} is not read:\n{}",
+            String::from_utf8_lossy(s)
+        );
+    }
+}
+
 /// A file from the repository as a seed.
 pub fn repo_file(rel: &str) -> Vec<u8> {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
-    std::fs::read(&p).unwrap_or_else(|e| panic!("fuzz seed {}: {e}", p.display()))
+    std::fs::read(&p).unwrap_or_else(|e| panic!("seed {}: {e}", p.display()))
 }
 
 /// Seeds of `per` consecutive lines each, cut from a line-based sample.
@@ -168,37 +182,48 @@ pub fn line_seeds(text: &[u8], per: usize) -> Vec<Vec<u8>> {
     lines.chunks(per.max(1)).map(|c| c.concat()).collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_harness_catches_and_shrinks_a_panic() {
-        install_hook();
-        let check = |b: &[u8]| {
-            if b.windows(3).any(|w| w == b"bad") {
-                panic!("found it");
-            }
-        };
-        let input = b"lots of good bytes then bad and more".to_vec();
-        let msg = panics(&check, &input).expect("panics");
-        assert!(msg.contains("found it"), "{msg}");
-        assert_eq!(minimise(&check, &input, &msg), b"bad");
-        assert_eq!(panics(&check, b"fine"), None);
+/// A scratch directory for the targets that read files: tmpfs when there is one (the
+/// ledger append fsyncs every record).
+pub fn scratch() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm)
+    } else {
+        tempfile::tempdir()
     }
+    .expect("temp dir")
+}
 
-    #[test]
-    fn the_same_seed_makes_the_same_inputs() {
-        let seeds = vec![b"{\"step\": 1, \"loss\": 2.5}\n".to_vec()];
-        let make = |s: u64| {
-            let mut g = Gen {
-                rng: fastrand::Rng::with_seed(s),
-            };
-            (0..50)
-                .map(|_| g.mutated(&seeds, &["loss"]))
-                .collect::<Vec<_>>()
+#[test]
+fn the_harness_catches_and_shrinks_a_panic() {
+    install_hook();
+    let check = |b: &[u8]| {
+        if b.windows(3).any(|w| w == b"bad") {
+            panic!("found it");
+        }
+    };
+    let input = b"lots of good bytes then bad and more".to_vec();
+    let msg = panics(&check, &input).expect("panics");
+    assert!(msg.contains("found it"), "{msg}");
+    assert_eq!(minimise(&check, &input, &msg), b"bad");
+    assert_eq!(panics(&check, b"fine"), None);
+    let report = catch_unwind(|| run("shrinks", 1, &mut |_| input.clone(), &check))
+        .expect_err("run fails on a panicking input");
+    let report = report.downcast_ref::<String>().expect("a message");
+    assert!(report.contains("b\"bad\""), "{report}");
+}
+
+#[test]
+fn the_same_seed_makes_the_same_inputs() {
+    let seeds = vec![b"{\"step\": 1, \"loss\": 2.5}\n".to_vec()];
+    let make = |s: u64| {
+        let mut g = Gen {
+            rng: fastrand::Rng::with_seed(s),
         };
-        assert_eq!(make(7), make(7));
-        assert_ne!(make(7), make(8));
-    }
+        (0..50)
+            .map(|_| g.mutated(&seeds, &["loss"]))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(make(7), make(7));
+    assert_ne!(make(7), make(8));
 }

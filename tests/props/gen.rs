@@ -1,8 +1,12 @@
-//! The input generator: tokens that break parsers, and structure-aware edits of valid
-//! seeds (byte flips, truncation, splices, limit numbers, non-ASCII and broken UTF-8, very
-//! long lines, deep nesting, duplicated lines and keys), all drawn from one seeded `fastrand`.
+// The input generator: tokens that break parsers, and structure-aware edits of valid
+// seeds (byte flips, truncation, splices, limit numbers, non-ASCII and broken UTF-8, very
+// long lines, deep nesting, duplicated lines and keys), all drawn from one seeded `fastrand`.
+//
+// Self-contained (std, `fastrand`, `memchr`): the property tests use it, and the JSONL fast
+// path's differential unit test includes this same file (`src/metrics/jsonl/flat.rs`).
 
-use super::MAX_LEN;
+/// Inputs are capped so one slow input cannot dominate a bounded run.
+pub const MAX_LEN: usize = 256 << 10;
 
 /// Tokens that break parsers: numbers at and past every integer and float limit, non-finite
 /// spellings, non-ASCII and UTF-8 boundary characters, structure characters.
