@@ -165,16 +165,7 @@ fn watch_exports_a_crash_loop_and_no_secret_or_hostname() {
 fn critic_daemon_exports_its_verdict_per_check() {
     let env = Env::new();
     config(&env, "stale = \"2s\"");
-    let log: String = (1..=30)
-        .map(|s| {
-            format!(
-                "{{\"step\": {s}, \"time\": {}, \"loss\": {}, \"tokens_per_s\": 5000}}\n",
-                1_700_000_000 + s,
-                5.0 - 0.01 * s as f64
-            )
-        })
-        .collect();
-    env.write("train.jsonl", log);
+    env.write("train.jsonl", crate::util::steady_log());
     let mut c = env.cmd(&["critic", "--daemon", "--interval", "200ms"]);
     c.stdout(Stdio::null()).stderr(Stdio::null());
     let mut daemon = c.spawn().unwrap();

@@ -297,16 +297,7 @@ fn the_dead_man_ping_needs_sight_and_stops_when_roger_dies() {
 }
 
 fn old_log(env: &Env) {
-    let log: String = (1..=30)
-        .map(|s| {
-            format!(
-                "{{\"step\": {s}, \"time\": {}, \"loss\": {}, \"tokens_per_s\": 5000}}\n",
-                1_700_000_000 + s,
-                5.0 - 0.01 * s as f64
-            )
-        })
-        .collect();
-    env.write("train.jsonl", log);
+    env.write("train.jsonl", crate::util::steady_log());
 }
 
 /// `roger notify test` tries every channel and says how each went (exit 1: one failed); each

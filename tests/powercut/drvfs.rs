@@ -54,16 +54,7 @@ loss = [1.0, 6.0]
 "#;
 
 fn training_log(rig: &Rig) {
-    let log: String = (1..=30)
-        .map(|s| {
-            format!(
-                "{{\"step\": {s}, \"time\": {}, \"loss\": {}, \"tokens_per_s\": 5000}}\n",
-                1_700_000_000 + s,
-                5.0 - 0.01 * s as f64
-            )
-        })
-        .collect();
-    rig.write("train.jsonl", log);
+    rig.write("train.jsonl", crate::util::steady_log());
     rig.write("roger.toml", CRITIC);
 }
 
@@ -213,7 +204,7 @@ fn drvfs_hygiene_clean_in_place_keeps_a_copy_where_links_are_refused() {
         1,
     );
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "step 1\n100%\n");
-    assert_eq!(names(&rig.disk()), ["log.txt"]);
+    assert_eq!(crate::publish::names_in(&rig.disk()), ["log.txt"]);
     // Kept: the copy standing in for the hard link holds the original bytes.
     std::fs::write(&log, dirty).unwrap();
     check(
@@ -273,7 +264,7 @@ fn drvfs_report_and_probe_record_write_their_files() {
         serde_json::from_str(&std::fs::read_to_string(rig.disk().join("rec.json")).unwrap())
             .unwrap();
     assert_eq!(rec["snapshots"].as_array().unwrap().len(), 2);
-    assert_eq!(names(&rig.disk()), ["night.html", "rec.json", "run"]);
+    assert_eq!(crate::publish::names_in(&rig.disk()), ["night.html", "rec.json", "run"]);
 }
 
 /// `roger probe ARGS` with the machine-dependent inputs pinned, as tests/probe.rs does.
@@ -370,18 +361,10 @@ fn drvfs_critic_daemon_exports_its_textfile_and_warns_once() {
     assert_eq!(stderr.matches(WARNING).count(), 1, "{stderr}");
     assert!(!stderr.contains("error"), "{stderr}");
     // No temporary left beside the textfile.
-    let left: Vec<String> = names(&rig.disk())
+    let left: Vec<String> = crate::publish::names_in(&rig.disk())
         .into_iter()
         .filter(|n| n.ends_with(".tmp"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}

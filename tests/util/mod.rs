@@ -214,3 +214,16 @@ impl Drop for Tmpfs {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
+
+/// 30 steps of a healthy JSON-lines log, one a second from 2023-11-14, loss falling from 5.
+pub fn steady_log() -> String {
+    (1..=30)
+        .map(|s| {
+            format!(
+                "{{\"step\": {s}, \"time\": {}, \"loss\": {}, \"tokens_per_s\": 5000}}\n",
+                1_700_000_000 + s,
+                5.0 - 0.01 * s as f64
+            )
+        })
+        .collect()
+}
