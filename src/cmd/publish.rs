@@ -319,11 +319,12 @@ fn verify(t: &Target, path: Option<&Path>, json: bool) -> Result<u8> {
         "publish",
         chrono::Utc::now(),
     );
+    publish::publisher::resume(&t.dest);
     let latest = if path.is_none() {
         Some(manifest::read(&t.dest)?.ok_or_else(|| {
             anyhow!(
                 "no {} in {}: nothing published there yet (or pass the PATH to verify)",
-                manifest::FILE,
+                names::MANIFEST_FILE,
                 t.dest.display()
             )
         })?)

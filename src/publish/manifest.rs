@@ -10,7 +10,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-pub const FILE: &str = "latest.json";
+use super::names::MANIFEST_FILE as FILE;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Latest {
