@@ -24,11 +24,12 @@ use std::sync::{mpsc, Arc, Mutex};
 /// chunks in flight.
 pub const CHUNK: usize = 4 << 20;
 const IN_FLIGHT: usize = 8;
-/// Reads in flight at once: they stand in for the readahead O_DIRECT does without. One at a
-/// time left the device idle between requests (issue 27: the copy pass took 1.79 s for
-/// 1 GiB where `cp && sync` took 1.17 s).
-const READERS: usize = 3;
-/// Writes in flight at once, for the same reason (no write-back queue under O_DIRECT).
+/// Reads in flight at once. One: the source is read through the page cache, whose
+/// readahead keeps the device busy (measured on the 2-CPU virtio VM of issue 27 in the same
+/// runs: faster than O_DIRECT source reads one or three at a time, which have none).
+const READERS: usize = 1;
+/// O_DIRECT writes in flight at once into the preallocated staging file: with one, the
+/// device idles while each 4 MiB write waits for its completion.
 const WRITERS: usize = 2;
 
 /// Read `len` bytes with `read(buf, offset, want)` on `READERS` threads at once, hash them
@@ -150,25 +151,41 @@ where
 /// Copy `src` into the new file `dst` (created O_EXCL), hashing in the same pass; fsync and
 /// close with both errors checked. On error the caller discards `dst`: an fsync error is never
 /// retried on the same file (the kernel reports write-back failure once; the pages may be gone).
-/// Source and staging copy use O_DIRECT (buffered where the filesystem refuses it): a
-/// buffered read copies every byte from the page cache into roger's buffer, which profiled
-/// at 40% of a publish's CPU (`_copy_to_iter`), and a publish hashes every byte twice.
-/// Without readahead and write-back, `pump_at` keeps several reads and writes in flight
-/// itself. Dirty pages of a source just written are flushed by the kernel before an
-/// O_DIRECT read, so the bytes are the file's.
+/// The staging copy is written with O_DIRECT (buffered where the filesystem refuses it),
+/// into space reserved up front where the filesystem can (`fallocate`: the writes in flight
+/// then fill allocated blocks instead of each extending the file). The source is read
+/// through the page cache with sequential readahead: O_DIRECT source reads (f731360) saved
+/// CPU but left the device idle between requests, and made the copy pass 1.53x slower
+/// (issue 27; 80f8eb8 read it this way).
 pub fn copy_file(src: &Path, dst: &Path) -> Result<Marks> {
     let input = File::open(src).with_context(|| format!("opening {}", src.display()))?;
     let len = input
         .metadata()
         .with_context(|| format!("reading {}", src.display()))?
         .len();
-    let input = direct::DirectFile::new(input);
+    let _ = nix::fcntl::posix_fadvise(
+        input.as_raw_fd(),
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL,
+    );
+    let input = direct::DirectFile::buffered(input);
     let out = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o644)
         .open(dst)
         .with_context(|| format!("creating staging file {}", dst.display()))?;
+    if len > 0 {
+        // Best effort: where it is refused (EOPNOTSUPP), or runs out of space, the writes
+        // themselves allocate, or fail the copy with their own error.
+        let _ = nix::fcntl::fallocate(
+            out.as_raw_fd(),
+            nix::fcntl::FallocateFlags::empty(),
+            0,
+            len as i64,
+        );
+    }
     let writer = direct::DirectFile::new(out);
     let marks = pump_at(
         len,

@@ -68,6 +68,17 @@ impl DirectFile {
         }
     }
 
+    /// Through the page cache from the start (no O_DIRECT).
+    pub fn buffered(f: File) -> DirectFile {
+        DirectFile {
+            f,
+            direct: AtomicBool::new(false),
+            proven: AtomicBool::new(false),
+            padded: AtomicBool::new(false),
+            unkicked: AtomicU64::new(0),
+        }
+    }
+
     pub fn open(path: &Path) -> Result<DirectFile> {
         let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
         Ok(DirectFile::new(f))
