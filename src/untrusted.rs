@@ -337,7 +337,8 @@ pub fn ledger_append(scratch: &Path, b: &[u8]) -> bool {
 /// retention do with it.
 pub fn latest_json(scratch: &Path, b: &[u8]) -> bool {
     use crate::publish::manifest;
-    std::fs::write(scratch.join(manifest::FILE), b).expect("write the scratch manifest");
+    std::fs::write(scratch.join(crate::publish::names::MANIFEST_FILE), b)
+        .expect("write the scratch manifest");
     let Ok(Some(l)) = manifest::read(scratch) else {
         return false;
     };

@@ -19,8 +19,14 @@
 //!   against a parallel `cp -r && sync` (one `cp` per shard at once), the same followed by an
 //!   O_DIRECT read-back of the copy, and roger publishing one file of the same size (order
 //!   rotating per repetition); medians, CPU seconds.
+//! - `bench_publish ratios [REPS [DIR]]`: issue 27's two goals in one invocation, through the
+//!   release binary: `roger publish` of a 1 GiB file / `cp && sync`, and of an 8-shard 4 GiB
+//!   directory / a parallel `cp && sync`, alternating, medians, peak RSS, and the arithmetic
+//!   of what verifying from disk adds (`ROGER_BASELINE_BIN=/path/to/old/roger` adds an older
+//!   build to the same rotation).
 
 mod modes;
+mod ratios;
 
 use roger::publish::{publish, Request};
 use roger::sys::disk::RealDisk;
@@ -91,6 +97,7 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("detach") => return modes::detach(&args[1..]),
         Some("sharded") => return modes::sharded(&args[1..]),
+        Some("ratios") => return ratios::ratios(&args[1..]),
         _ => {}
     }
     let mib: u64 = args.first().map_or(1024, |s| s.parse().expect("SIZE_MIB"));

@@ -40,7 +40,7 @@ fn header(what: &str, a: &Args) {
 }
 
 /// The release `roger` next to this example (target/release/roger).
-fn roger_bin() -> PathBuf {
+pub fn roger_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let bin = exe.parent().unwrap().parent().unwrap().join("roger");
     assert!(

@@ -133,6 +133,7 @@ fn run_disk(global: &Global, a: DiskArgs) -> Result<u8> {
     let ledger = Ledger::new(cfg.ledger_path());
     if let Ok(dir) = cfg.checkpoint_dir() {
         crate::publish::recover::try_recover(&dir, &ledger, &cfg.run.name, "hygiene", now);
+        crate::publish::publisher::resume(&dir);
     }
     let mut report = disk::check(&cfg, now)?;
     let mut pruned = None;

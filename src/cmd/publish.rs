@@ -200,7 +200,9 @@ pub fn run(global: &Global, mut args: PublishArgs) -> Result<u8> {
     // `--verify DIR` where DIR is a destination (it holds latest.json) means what latest.json
     // points to, with DIR's records: the same as `--verify --to DIR`.
     if args.verify && args.to.is_none() {
-        args.to = args.src.take_if(|p| p.join(manifest::FILE).is_file());
+        args.to = args
+            .src
+            .take_if(|p| p.join(crate::publish::names::MANIFEST_FILE).is_file());
     }
     if args.drain {
         let dest = args.to.clone().expect("clap requires --to with --drain");
@@ -325,11 +327,12 @@ fn verify(t: &Target, path: Option<&Path>, json: bool) -> Result<u8> {
         "publish",
         chrono::Utc::now(),
     );
+    publish::publisher::resume(&t.dest);
     let latest = if path.is_none() {
         Some(manifest::read(&t.dest)?.ok_or_else(|| {
             anyhow!(
                 "no {} in {}: nothing published there yet (or pass the PATH to verify)",
-                manifest::FILE,
+                names::MANIFEST_FILE,
                 t.dest.display()
             )
         })?)

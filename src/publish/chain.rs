@@ -15,12 +15,11 @@
 //! the recorded digest itself). Sizes are compared first, so the padding is the same. Any
 //! segment that fails names the byte range whose on-disk bytes differ from those written.
 
-use super::copy::{resident_pages, ALIGN};
-use super::direct::DirectReader;
+use super::direct::DirectFile;
+use super::io::{resident_pages, AlignedBuf};
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -168,16 +167,14 @@ pub fn verify(files: &[(PathBuf, &Marks)]) -> Result<Vec<Check>> {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 s.spawn(|| -> Result<()> {
-                    let mut buf = vec![0u8; PIECE + ALIGN];
-                    let at = buf.as_ptr().align_offset(ALIGN);
-                    let buf = &mut buf[at..at + PIECE];
+                    let mut buf = AlignedBuf::new(PIECE);
                     loop {
                         let Some(&(i, seg)) = tasks.get(next.fetch_add(1, Ordering::Relaxed))
                         else {
                             return Ok(());
                         };
                         let (path, marks) = &files[i];
-                        let (read, ok, direct) = segment(path, marks, seg, buf)?;
+                        let (read, ok, direct) = segment(path, marks, seg, &mut buf)?;
                         super::progress::add(read);
                         let mut c = checks.lock().expect("checks");
                         let c = &mut c[i];
@@ -209,24 +206,25 @@ fn segment(
 ) -> Result<(u64, bool, bool)> {
     let start = seg as u64 * SEGMENT;
     let end = (start + SEGMENT).min(marks.size);
-    let mut r = DirectReader::open_at(path, start, end)?;
+    let f = DirectFile::open(path)?;
     let mut h = marks.starts[seg].clone();
     let mut read = 0u64;
-    loop {
-        let k = r
-            .read(buf)
+    while start + read < end {
+        let want = ((end - start - read) as usize).min(buf.len());
+        let k = f
+            .read_at(buf, start + read, want)
             .with_context(|| format!("re-reading {}", path.display()))?;
-        if k == 0 {
-            break;
-        }
         h.update(&buf[..k]);
         read += k as u64;
+        if k < want {
+            break;
+        }
     }
     let reached: [u8; 32] = h.finalize().into();
     Ok((
         read,
         read == end - start && reached == marks.ends[seg],
-        r.direct,
+        f.direct(),
     ))
 }
 

@@ -1,151 +1,204 @@
 //! The byte path. Copies with roger's own read→hash→write loop (`std::fs::copy` would use
 //! copy_file_range/reflink: no pass to hash, shared blocks) into an O_EXCL staging file,
 //! fsyncs it, closes it with the error checked, drops its pages from the cache and re-reads it
-//! from disk to verify. Reading, hashing and writing run on three threads so they overlap.
+//! from disk to verify. Reading, hashing and writing run on their own threads so they
+//! overlap, with several reads and writes in flight.
 //! The hash pass notes SHA-256 chain marks (`chain`) so the staging copy's verify re-read can
 //! run on every core.
 
 use super::chain::{ChainHasher, Marks};
+use super::io::{resident_pages, AlignedBuf};
 use super::{direct, failpoint};
 use anyhow::{Context, Result};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 /// Chunk size of the pipeline: large sequential I/O (O_DIRECT gets no readahead), a few
 /// chunks in flight.
 pub const CHUNK: usize = 4 << 20;
 const IN_FLIGHT: usize = 8;
-/// Buffer and chunk alignment O_DIRECT needs (the largest logical block size in use).
-pub const ALIGN: usize = 4096;
+/// Reads in flight at once. One: the source is read through the page cache, whose
+/// readahead keeps the device busy (measured on the 2-CPU virtio VM of issue 27 in the same
+/// runs: faster than O_DIRECT source reads one or three at a time, which have none).
+const READERS: usize = 1;
+/// O_DIRECT writes in flight at once into the preallocated staging file: with one, the
+/// device idles while each 4 MiB write waits for its completion.
+const WRITERS: usize = 2;
 
-/// Read `r` to its end on this thread while one thread hashes each chunk and another hands it
-/// to `sink` (the write), so reading, hashing and writing overlap. Returns the whole-file
-/// SHA-256, the byte count and the chain marks.
-pub fn pump<S>(mut r: impl Read, mut sink: S) -> io::Result<Marks>
+/// Read `len` bytes with `read(buf, offset, want)` on `READERS` threads at once, hash them
+/// in order on one thread and hand each chunk to `sink(chunk, offset)` on `WRITERS` threads,
+/// so reading, hashing and writing overlap and several requests are in flight. `IN_FLIGHT`
+/// buffers of `CHUNK` bytes bound the memory. Returns the whole-file SHA-256, the byte count
+/// and the chain marks. A source that ends before `len` is an error (it changed while being
+/// copied); the first error stops the readers and is returned.
+pub fn pump_at<R, S>(len: u64, read: R, sink: S) -> io::Result<Marks>
 where
-    S: FnMut(&[u8]) -> io::Result<()> + Send,
+    R: Fn(&mut [u8], u64, usize) -> io::Result<usize> + Sync,
+    S: Fn(&[u8], u64) -> io::Result<()> + Sync,
 {
-    // (buffer, start of its ALIGN-aligned window, bytes in it)
-    type Chunk = (Arc<Vec<u8>>, usize, usize);
-    let (hash_tx, hash_rx) = mpsc::sync_channel::<Chunk>(IN_FLIGHT);
-    let (sink_tx, sink_rx) = mpsc::sync_channel::<Chunk>(IN_FLIGHT);
-    let (back_tx, back_rx) = mpsc::channel::<Arc<Vec<u8>>>();
-    for _ in 0..IN_FLIGHT {
-        back_tx
-            .send(Arc::new(vec![0u8; CHUNK + ALIGN]))
+    // (chunk index, buffer, bytes in it)
+    type Chunk = (u64, Arc<AlignedBuf>, usize);
+    let chunks = len.div_ceil(CHUNK as u64);
+    let lanes = |n: usize| n.min(chunks as usize).max(1);
+    let (free_tx, free_rx) = mpsc::channel::<Arc<AlignedBuf>>();
+    for _ in 0..lanes(IN_FLIGHT) {
+        free_tx
+            .send(Arc::new(AlignedBuf::new(CHUNK)))
             .expect("receiver alive");
     }
+    let free_rx = Mutex::new(free_rx);
+    let (hash_tx, hash_rx) = mpsc::sync_channel::<Chunk>(IN_FLIGHT);
+    let (sink_tx, sink_rx) = mpsc::sync_channel::<Chunk>(IN_FLIGHT);
+    let sink_rx = Mutex::new(sink_rx);
+    let next = AtomicU64::new(0);
     let failed = AtomicBool::new(false);
-    let sink_err: Mutex<Option<io::Error>> = Mutex::new(None);
-    std::thread::scope(|s| {
-        let back = back_tx.clone();
+    let first_err: Mutex<Option<io::Error>> = Mutex::new(None);
+    let fail = |e: io::Error| {
+        first_err.lock().expect("error slot").get_or_insert(e);
+        failed.store(true, Ordering::Relaxed);
+    };
+    let marks = std::thread::scope(|s| {
+        let free = free_tx.clone();
         let hasher = s.spawn(move || {
+            // Chunks arrive in any order; the hash takes them in file order.
             let mut h = ChainHasher::default();
-            for (buf, at, k) in hash_rx {
-                h.update(&buf[at..at + k]);
-                let _ = back.send(buf);
+            let mut waiting = BTreeMap::new();
+            let mut due = 0u64;
+            for (i, buf, k) in hash_rx {
+                waiting.insert(i, (buf, k));
+                while let Some((buf, k)) = waiting.remove(&due) {
+                    h.update(&buf[..k]);
+                    due += 1;
+                    let _ = free.send(buf);
+                }
             }
             h.finish()
         });
-        let back = back_tx;
-        let (failed, sink_err) = (&failed, &sink_err);
-        let writer = s.spawn(move || {
-            for (buf, at, k) in sink_rx {
-                // After an error, keep handing buffers back so the reader never waits forever.
+        let (sink_rx, failed, fail, sink) = (&sink_rx, &failed, &fail, &sink);
+        for _ in 0..lanes(WRITERS) {
+            let free = free_tx.clone();
+            s.spawn(move || loop {
+                let Ok((i, buf, k)) = sink_rx.lock().expect("sink queue").recv() else {
+                    return;
+                };
+                // After an error, keep handing buffers back so no reader waits forever.
                 if !failed.load(Ordering::Relaxed) {
-                    if let Err(e) = sink(&buf[at..at + k]) {
-                        *sink_err.lock().expect("error slot") = Some(e);
-                        failed.store(true, Ordering::Relaxed);
+                    if let Err(e) = sink(&buf[..k], i * CHUNK as u64) {
+                        fail(e);
                     }
                 }
-                let _ = back.send(buf);
-            }
-        });
-        let result: io::Result<()> = (|| loop {
-            if failed.load(Ordering::Relaxed) {
-                return Ok(());
-            }
-            // A buffer is free again once both the hasher and the writer returned it.
-            let mut buf = loop {
-                let shared = back_rx.recv().expect("workers hand buffers back");
-                if let Ok(b) = Arc::try_unwrap(shared) {
-                    break b;
+                let _ = free.send(buf);
+            });
+        }
+        let (free_rx, next, read) = (&free_rx, &next, &read);
+        for _ in 0..lanes(READERS) {
+            let (free, hash_tx, sink_tx) = (free_tx.clone(), hash_tx.clone(), sink_tx.clone());
+            s.spawn(move || loop {
+                // A buffer is free again once both the hasher and a writer returned it.
+                let mut buf = loop {
+                    let shared = free_rx.lock().expect("free buffers").recv();
+                    if let Ok(b) = Arc::try_unwrap(shared.expect("free_tx alive")) {
+                        break b;
+                    }
+                };
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if failed.load(Ordering::Relaxed) || i >= chunks {
+                    // Pass the buffer on: it wakes a reader still waiting for one.
+                    let _ = free.send(Arc::new(buf));
+                    return;
                 }
-            };
-            // Aligned for O_DIRECT reads (the vector's heap block never moves).
-            let at = buf.as_ptr().align_offset(ALIGN);
-            let k = read_full(&mut r, &mut buf[at..at + CHUNK])?;
-            if k == 0 {
-                return Ok(());
-            }
-            let shared = Arc::new(buf);
-            hash_tx.send((shared.clone(), at, k)).expect("hasher alive");
-            sink_tx.send((shared, at, k)).expect("writer alive");
-        })();
-        drop(hash_tx);
-        drop(sink_tx);
-        let marks = hasher.join().expect("hasher thread");
-        writer.join().expect("writer thread");
-        result?;
-        if let Some(e) = sink_err.lock().expect("error slot").take() {
-            return Err(e);
+                let off = i * CHUNK as u64;
+                let want = (len - off).min(CHUNK as u64) as usize;
+                let err = match read(&mut buf, off, want) {
+                    Ok(k) if k == want => None,
+                    Ok(k) => Some(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "the source ended at byte {} of {len} while being copied (it changed)",
+                            off + k as u64
+                        ),
+                    )),
+                    Err(e) => Some(e),
+                };
+                if let Some(e) = err {
+                    fail(e);
+                    let _ = free.send(Arc::new(buf));
+                    return;
+                }
+                let shared = Arc::new(buf);
+                hash_tx
+                    .send((i, shared.clone(), want))
+                    .expect("hasher alive");
+                sink_tx.send((i, shared, want)).expect("writers alive");
+            });
         }
-        Ok(marks)
-    })
-}
-
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+        drop((hash_tx, sink_tx));
+        hasher.join().expect("hasher thread")
+    });
+    match first_err.into_inner().expect("error slot") {
+        Some(e) => Err(e),
+        None => Ok(marks),
     }
-    Ok(n)
 }
 
 /// Copy `src` into the new file `dst` (created O_EXCL), hashing in the same pass; fsync and
 /// close with both errors checked. On error the caller discards `dst`: an fsync error is never
 /// retried on the same file (the kernel reports write-back failure once; the pages may be gone).
-/// The source is read with O_DIRECT too (buffered where the filesystem refuses it): a buffered
-/// read copies every byte from the page cache into roger's buffer, which profiled at 40% of
-/// a publish's CPU (`_copy_to_iter`; system time 1.8-2.6 s → 0.3 s per GiB), and a publish
-/// is CPU-bound on a small machine, two SHA-256 passes being the rest. There is no readahead,
-/// but `pump` keeps the next read going while earlier chunks hash and write (4 MiB reads: the
-/// disk runs near its queue-depth-1 rate, above what one SHA-256 stream hashes), and a
-/// directory copies several files at once. Dirty pages of a source just written are flushed
-/// by the kernel before an O_DIRECT read, so the bytes are the file's.
+/// The staging copy is written with O_DIRECT (buffered where the filesystem refuses it),
+/// into space reserved up front where the filesystem can (`fallocate`: the writes in flight
+/// then fill allocated blocks instead of each extending the file). The source is read
+/// through the page cache with sequential readahead: O_DIRECT source reads (f731360) saved
+/// CPU but left the device idle between requests, and made the copy pass 1.53x slower
+/// (issue 27; 80f8eb8 read it this way).
 pub fn copy_file(src: &Path, dst: &Path) -> Result<Marks> {
     let input = File::open(src).with_context(|| format!("opening {}", src.display()))?;
     let len = input
         .metadata()
         .with_context(|| format!("reading {}", src.display()))?
         .len();
-    let input = direct::DirectReader::new(input, 0, len);
+    let _ = nix::fcntl::posix_fadvise(
+        input.as_raw_fd(),
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL,
+    );
+    let input = direct::DirectFile::buffered(input);
     let out = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o644)
         .open(dst)
         .with_context(|| format!("creating staging file {}", dst.display()))?;
-    let mut writer = direct::StagingWriter::new(out);
-    let marks = pump(input, |chunk| {
-        writer.write_chunk(chunk)?;
-        super::progress::add(chunk.len() as u64);
-        Ok(())
-    })
+    if len > 0 {
+        // Best effort: where it is refused (EOPNOTSUPP), or runs out of space, the writes
+        // themselves allocate, or fail the copy with their own error.
+        let _ = nix::fcntl::fallocate(
+            out.as_raw_fd(),
+            nix::fcntl::FallocateFlags::empty(),
+            0,
+            len as i64,
+        );
+    }
+    let writer = direct::DirectFile::new(out);
+    let marks = pump_at(
+        len,
+        |buf, off, want| input.read_at(buf, off, want),
+        |chunk, off| {
+            writer.write_at(chunk, off)?;
+            super::progress::add(chunk.len() as u64);
+            Ok(())
+        },
+    )
     .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
     let out = writer
-        .finish()
+        .finish(marks.size)
         .with_context(|| format!("writing {}", dst.display()))?;
     failpoint::hit("after_staging_write");
     fsync_once(&out, dst)?;
@@ -208,11 +261,15 @@ pub fn reread_from_disk(path: &Path) -> Result<Reread> {
         nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
     );
     let resident = resident_pages(&f, len);
-    let mut reader = direct::DirectReader::open(path, len)?;
-    let marks = pump(&mut reader, |chunk| {
-        super::progress::add(chunk.len() as u64);
-        Ok(())
-    })
+    let reader = direct::DirectFile::new(f);
+    let marks = pump_at(
+        len,
+        |buf, off, want| reader.read_at(buf, off, want),
+        |chunk, _| {
+            super::progress::add(chunk.len() as u64);
+            Ok(())
+        },
+    )
     .with_context(|| format!("re-reading {}", path.display()))?;
     Ok(Reread {
         sha256: marks.sha256,
@@ -220,46 +277,8 @@ pub fn reread_from_disk(path: &Path) -> Result<Reread> {
         bytes_read: marks.size,
         pages_resident: resident.map(|r| r.0),
         pages_total: resident.map(|r| r.1),
-        direct_io: reader.direct,
+        direct_io: reader.direct(),
     })
-}
-
-/// (resident, total) pages of the file per mincore(2).
-pub fn resident_pages(f: &File, len: u64) -> Option<(u64, u64)> {
-    if len == 0 {
-        return Some((0, 0));
-    }
-    let len = usize::try_from(len).ok()?;
-    // SAFETY: a read-only shared mapping of a file we hold open, unmapped before return; the
-    // vector has one byte per page as mincore requires.
-    unsafe {
-        let page = libc::sysconf(libc::_SC_PAGESIZE);
-        if page <= 0 {
-            return None;
-        }
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        let pages = len.div_ceil(page as usize);
-        let mut vec = vec![0u8; pages];
-        let r = libc::mincore(p, len, vec.as_mut_ptr());
-        libc::munmap(p, len);
-        if r != 0 {
-            return None;
-        }
-        Some((
-            vec.iter().filter(|b| **b & 1 == 1).count() as u64,
-            pages as u64,
-        ))
-    }
 }
 
 #[cfg(test)]
@@ -267,29 +286,73 @@ mod tests {
     use super::*;
     use sha2::{Digest, Sha256};
 
+    /// `pump_at` over bytes in memory: (marks, what the sink got, laid out by offset).
+    fn pump_mem(data: &[u8], len: u64) -> io::Result<(Marks, Vec<u8>)> {
+        let out = Mutex::new(vec![0u8; data.len()]);
+        let m = pump_at(
+            len,
+            |buf, off, want| {
+                let o = (off as usize).min(data.len());
+                let k = want.min(data.len() - o);
+                buf[..k].copy_from_slice(&data[o..o + k]);
+                Ok(k)
+            },
+            |c, off| {
+                out.lock().unwrap()[off as usize..off as usize + c.len()].copy_from_slice(c);
+                Ok(())
+            },
+        )?;
+        Ok((m, out.into_inner().unwrap()))
+    }
+
     #[test]
-    fn pump_hashes_what_it_passes_on() {
-        // More than one chunk and not a multiple of it.
-        let data: Vec<u8> = (0..(CHUNK * 2 + 12345)).map(|i| (i % 251) as u8).collect();
-        let mut seen = Vec::new();
-        let m = pump(&data[..], |c| {
-            seen.extend_from_slice(c);
-            Ok(())
-        })
-        .unwrap();
+    fn pump_hashes_in_order_what_it_writes_out_of_order() {
+        // More chunks than buffers, and not a multiple of a chunk: readers and writers run
+        // on several threads, the hash still sees the bytes in file order.
+        let data: Vec<u8> = (0..(CHUNK * (IN_FLIGHT + 3) + 12345))
+            .map(|i| (i % 251) as u8 ^ (i / CHUNK) as u8)
+            .collect();
+        let (m, seen) = pump_mem(&data, data.len() as u64).unwrap();
         assert_eq!(m.size, data.len() as u64);
-        assert_eq!(seen, data);
+        assert!(seen == data, "the sink got every chunk at its offset");
         assert_eq!(m.sha256, crate::digest::hex(&Sha256::digest(&data)));
-        let m = pump(&b""[..], |_| Ok(())).unwrap();
+        let (m, _) = pump_mem(b"", 0).unwrap();
         assert_eq!(m.size, 0);
         assert_eq!(m.sha256, crate::digest::hex(&Sha256::digest(b"")));
     }
 
     #[test]
-    fn sink_error_stops_the_pump() {
-        let data = vec![1u8; CHUNK * 3];
-        let err = pump(&data[..], |_| Err(io::Error::other("disk full"))).unwrap_err();
+    fn errors_stop_the_pump_without_hanging() {
+        let data = vec![1u8; CHUNK * (IN_FLIGHT + 4)];
+        let len = data.len() as u64;
+        let err = pump_at(
+            len,
+            |_, _, want| Ok(want),
+            |_, _| Err(io::Error::other("disk full")),
+        )
+        .unwrap_err();
         assert_eq!(err.to_string(), "disk full");
+        // A read error in the middle, while other readers hold buffers.
+        let err = pump_at(
+            len,
+            |_, off, want| {
+                if off == 5 * CHUNK as u64 {
+                    Err(io::Error::other("EIO"))
+                } else {
+                    Ok(want)
+                }
+            },
+            |_, _| Ok(()),
+        )
+        .unwrap_err();
+        assert_eq!(err.to_string(), "EIO");
+        // A source that shrank while being copied.
+        let err = pump_mem(&data[..CHUNK + 10], len).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("ended at byte {} of {len}", CHUNK + 10)),
+            "{err}"
+        );
     }
 
     #[test]

@@ -4,13 +4,14 @@
 //! filesystem refuses O_DIRECT (EINVAL: some 9p/drvfs/FUSE mounts), each falls back to
 //! buffered I/O.
 
-use super::copy::ALIGN;
+use super::io::{AlignedBuf, ALIGN};
 use anyhow::{Context, Result};
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::File;
+use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Buffered writes queue write-back every this many bytes so the final fsync has little left.
 const KICK_WRITEBACK: u64 = 64 << 20;
@@ -39,154 +40,144 @@ fn is_einval(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::EINVAL)
 }
 
-/// Writes the staging copy chunk by chunk. `pump` hands it block-aligned chunks of whole
-/// blocks, except the last, which is padded to a block from a scratch buffer and cut back by
+/// A file read or written at explicit offsets, with O_DIRECT where the filesystem allows it,
+/// by several threads at once (`copy::pump_at` keeps several reads and writes in flight: an
+/// O_DIRECT request gets no readahead and no write-back queue, so one at a time leaves the
+/// device idle between requests). Callers hand it `ALIGN`-aligned buffers and offsets that
+/// are multiples of `ALIGN`; the unaligned tail of a write is padded here and cut back by
 /// `finish`.
-pub struct StagingWriter {
+pub struct DirectFile {
     f: File,
-    pub direct: bool,
-    written: u64,
-    kicked: u64,
-    padded: bool,
+    direct: AtomicBool,
+    /// An O_DIRECT transfer succeeded: EINVAL from now on is an error, not a refusal.
+    proven: AtomicBool,
+    padded: AtomicBool,
+    /// Buffered bytes written since write-back was last started.
+    unkicked: AtomicU64,
 }
 
-impl StagingWriter {
-    pub fn new(f: File) -> StagingWriter {
+impl DirectFile {
+    pub fn new(f: File) -> DirectFile {
         let direct = set_direct(&f, true).is_ok();
-        StagingWriter {
+        DirectFile {
             f,
-            direct,
-            written: 0,
-            kicked: 0,
-            padded: false,
+            direct: AtomicBool::new(direct),
+            proven: AtomicBool::new(false),
+            padded: AtomicBool::new(false),
+            unkicked: AtomicU64::new(0),
         }
     }
 
-    pub fn write_chunk(&mut self, chunk: &[u8]) -> io::Result<()> {
-        if self.direct {
-            match self.write_direct(chunk) {
-                Err(e) if self.written == 0 && is_einval(&e) => {
-                    // Accepted the flag, refuses the I/O: go buffered.
-                    set_direct(&self.f, false)?;
-                    self.direct = false;
+    /// Through the page cache from the start (no O_DIRECT).
+    pub fn buffered(f: File) -> DirectFile {
+        DirectFile {
+            f,
+            direct: AtomicBool::new(false),
+            proven: AtomicBool::new(false),
+            padded: AtomicBool::new(false),
+            unkicked: AtomicU64::new(0),
+        }
+    }
+
+    pub fn open(path: &Path) -> Result<DirectFile> {
+        let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        Ok(DirectFile::new(f))
+    }
+
+    /// Every transfer so far used O_DIRECT.
+    pub fn direct(&self) -> bool {
+        self.direct.load(Ordering::Relaxed)
+    }
+
+    /// An O_DIRECT transfer failed with EINVAL: before any succeeded, the filesystem refuses
+    /// O_DIRECT (go buffered, `true`); after, it is the caller's error (`false`).
+    fn fall_back(&self, e: &io::Error) -> io::Result<bool> {
+        if !is_einval(e) || self.proven.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        set_direct(&self.f, false)?;
+        self.direct.store(false, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Read up to `want` bytes at `off` into `buf` (its length at least `want` rounded up to
+    /// `ALIGN`), as many calls as that takes; fewer only at the end of the file.
+    pub fn read_at(&self, buf: &mut [u8], off: u64, want: usize) -> io::Result<usize> {
+        let mut n = 0;
+        while n < want {
+            let direct = self.direct();
+            // Whole blocks only under O_DIRECT (the last one may run past the end of the file).
+            let len = if direct {
+                (want - n).div_ceil(ALIGN) * ALIGN
+            } else {
+                want - n
+            }
+            .min(buf.len() - n);
+            match self.f.read_at(&mut buf[n..n + len], off + n as u64) {
+                Ok(0) => break,
+                Ok(k) => {
+                    n += k;
+                    if direct {
+                        self.proven.store(true, Ordering::Relaxed);
+                        if k % ALIGN != 0 {
+                            // The end of the file: the next offset is unaligned.
+                            break;
+                        }
+                    }
                 }
-                other => {
-                    other?;
-                    self.written += chunk.len() as u64;
-                    return Ok(());
-                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if direct && self.fall_back(&e)? => {}
+                Err(e) => return Err(e),
             }
         }
-        self.f.write_all(chunk)?;
-        self.written += chunk.len() as u64;
-        if self.written - self.kicked >= KICK_WRITEBACK {
+        // Never past `want`, even if the file grew.
+        Ok(n.min(want))
+    }
+
+    /// Write `chunk` at `off`. Only the last chunk of a file may be shorter than a whole
+    /// number of blocks.
+    pub fn write_at(&self, chunk: &[u8], off: u64) -> io::Result<()> {
+        while self.direct() {
+            let aligned =
+                chunk.len().is_multiple_of(ALIGN) && chunk.as_ptr().align_offset(ALIGN) == 0;
+            let r = if aligned {
+                self.f.write_all_at(chunk, off)
+            } else {
+                // The tail: pad to whole blocks in an aligned scratch buffer.
+                let mut scratch = AlignedBuf::new(chunk.len().div_ceil(ALIGN) * ALIGN);
+                scratch[..chunk.len()].copy_from_slice(chunk);
+                self.padded.store(true, Ordering::Relaxed);
+                self.f.write_all_at(&scratch, off)
+            };
+            match r {
+                Ok(()) => {
+                    self.proven.store(true, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(e) if self.fall_back(&e)? => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.f.write_all_at(chunk, off)?;
+        let len = chunk.len() as u64;
+        if self.unkicked.fetch_add(len, Ordering::Relaxed) + len >= KICK_WRITEBACK {
+            self.unkicked.store(0, Ordering::Relaxed);
             // Asynchronous: start write-back of what is written so far (fsync still decides).
             // SAFETY: plain syscall on an fd we own.
             unsafe {
-                libc::sync_file_range(
-                    self.f.as_raw_fd(),
-                    self.kicked as i64,
-                    (self.written - self.kicked) as i64,
-                    libc::SYNC_FILE_RANGE_WRITE,
-                );
+                libc::sync_file_range(self.f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
             }
-            self.kicked = self.written;
         }
         Ok(())
     }
 
-    fn write_direct(&mut self, chunk: &[u8]) -> io::Result<()> {
-        let aligned = chunk.len().is_multiple_of(ALIGN) && chunk.as_ptr().align_offset(ALIGN) == 0;
-        if aligned {
-            return self.f.write_all_at(chunk, self.written);
-        }
-        // The tail: pad to whole blocks in an aligned scratch buffer.
-        let padded_len = chunk.len().div_ceil(ALIGN) * ALIGN;
-        let mut scratch = vec![0u8; padded_len + ALIGN];
-        let at = scratch.as_ptr().align_offset(ALIGN);
-        scratch[at..at + chunk.len()].copy_from_slice(chunk);
-        self.f
-            .write_all_at(&scratch[at..at + padded_len], self.written)?;
-        self.padded = true;
-        Ok(())
-    }
-
-    /// Cut off the tail padding; the file is then exactly the bytes written.
-    pub fn finish(self) -> io::Result<File> {
-        if self.padded {
-            self.f.set_len(self.written)?;
+    /// After the last write: cut off the tail padding (the file is then exactly `len`
+    /// bytes) and hand the file back.
+    pub fn finish(self, len: u64) -> io::Result<File> {
+        if self.padded.load(Ordering::Relaxed) {
+            self.f.set_len(len)?;
         }
         Ok(self.f)
-    }
-}
-
-/// Positional reads of the bytes `off..end`; O_DIRECT when the filesystem allows it. Callers
-/// hand it aligned buffers of whole blocks and a block-aligned `off`, so every read starts
-/// block-aligned.
-pub struct DirectReader {
-    f: File,
-    off: u64,
-    len: u64,
-    first: bool,
-    pub direct: bool,
-}
-
-impl DirectReader {
-    pub fn open(path: &Path, len: u64) -> Result<DirectReader> {
-        DirectReader::open_at(path, 0, len)
-    }
-
-    pub fn open_at(path: &Path, off: u64, end: u64) -> Result<DirectReader> {
-        let f = OpenOptions::new()
-            .read(true)
-            .open(path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        Ok(DirectReader::new(f, off, end))
-    }
-
-    /// Read `f` (already open) from `off` to `end`.
-    pub fn new(f: File, off: u64, end: u64) -> DirectReader {
-        let direct = set_direct(&f, true).is_ok();
-        DirectReader {
-            f,
-            off,
-            len: end,
-            first: true,
-            direct,
-        }
-    }
-}
-
-impl Read for DirectReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.off >= self.len {
-            // Never read at the unaligned end offset: O_DIRECT would refuse it.
-            return Ok(0);
-        }
-        let want = buf
-            .len()
-            .min(usize::try_from(self.len - self.off).unwrap_or(usize::MAX));
-        // Whole blocks only under O_DIRECT (the last one may run past the end of the file).
-        let want = if self.direct {
-            want.div_ceil(ALIGN) * ALIGN
-        } else {
-            want
-        }
-        .min(buf.len());
-        let buf = &mut buf[..want];
-        let first = std::mem::replace(&mut self.first, false);
-        let n = match self.f.read_at(buf, self.off) {
-            Err(e) if self.direct && first && is_einval(&e) => {
-                set_direct(&self.f, false)?;
-                self.direct = false;
-                self.f.read_at(buf, self.off)?
-            }
-            other => other?,
-        };
-        // Never past `end`, even if the file grew.
-        let n = n.min(usize::try_from(self.len - self.off).unwrap_or(usize::MAX));
-        self.off += n as u64;
-        Ok(n)
     }
 }
 

@@ -12,6 +12,8 @@ pub const STAGING_PREFIX: &str = ".roger-staging-";
 pub const PREV_PREFIX: &str = ".roger-prev-";
 pub const LOCK_FILE: &str = ".roger-publish.lock";
 pub const REJECTED_DIR: &str = ".roger-rejected";
+/// The manifest naming the current checkpoint (`manifest` reads and writes it).
+pub const MANIFEST_FILE: &str = "latest.json";
 
 /// Why `name` may not be published into `dest`: it is one of the names roger owns there
 /// (its ledger, the ledger's lock or temp names, latest.json, staging / set-aside / lock /
@@ -25,7 +27,7 @@ pub fn owned(name: &str, dest: &Path, own: &[&Path]) -> Option<String> {
             lower.starts_with(".roger"),
             "roger's staging, set-aside, lock and quarantine names start with .roger",
         ),
-        (lower == super::manifest::FILE, "the checkpoint manifest"),
+        (lower == MANIFEST_FILE, "the checkpoint manifest"),
         (
             lower.starts_with(crate::ledger::DEFAULT_FILE),
             "the default ledger's name (and its lock and temporary names)",

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Buffers one file's copy holds (`copy::pump`: IN_FLIGHT chunks).
+/// Buffers one file's copy holds (`copy::pump_at`: IN_FLIGHT chunks).
 pub const PER_FILE_BYTES: u64 = 32 << 20;
 /// Default memory budget for the copy buffers of one publish.
 pub const MEMORY_BUDGET: u64 = 256 << 20;

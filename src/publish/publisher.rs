@@ -107,8 +107,14 @@ pub fn spawn(dest: &Path, exe: &Path) -> Result<u32> {
 }
 
 /// When work is queued in `dest` and no publisher runs (one crashed, or was killed), start one
-/// and say so. For the commands that run publish recovery. Returns how many are queued.
+/// and say so. For the commands that run publish recovery (after `recover::try_recover`,
+/// which starts none itself). Returns how many are queued; a directory that does not exist
+/// has none.
 pub fn resume(dest: &Path) -> usize {
+    let Ok(dest) = std::fs::canonicalize(dest) else {
+        return 0;
+    };
+    let dest = dest.as_path();
     let Ok(pending) = queue::pending(dest) else {
         return 0;
     };

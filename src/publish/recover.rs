@@ -160,17 +160,15 @@ pub fn recover_if_needed(
 }
 
 /// `recover_if_needed` for a command whose own job does not depend on it: a repair that
-/// fails is a warning on stderr, not a refusal to run.
+/// fails is a warning on stderr, not a refusal to run. It starts no publisher for queued
+/// publishes (recovery stays a leaf below the queue); callers that should resume them call
+/// `publisher::resume` themselves.
 pub fn try_recover(dest: &Path, ledger: &Ledger, run: &str, source: &str, now: DateTime<Utc>) {
     if let Err(e) = recover_if_needed(dest, ledger, run, source, now) {
         crate::warnln!(
             "could not finish or undo an interrupted publish in {}: {e:#}",
             dest.display()
         );
-    }
-    // Queued (--detach) publishes whose publisher died: start one.
-    if let Ok(dest) = std::fs::canonicalize(dest) {
-        super::publisher::resume(&dest);
     }
 }
 
@@ -213,7 +211,7 @@ pub fn recover(
                         i.sha256
                     );
                     log.record(
-                        super::with_fields(
+                        super::record::with_fields(
                             publish_entry(
                                 &i.run, i.step, &target, &i.sha256, i.size, i.layout, i.files,
                                 dest, i.in_place, "ok",
@@ -408,6 +406,27 @@ fn pruned_but_present(records: &[Record], dest: &Path) -> Vec<(PathBuf, (String,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Recovery is a leaf below the queue: it starts no publisher and reads no queue (its
+    /// callers resume queued publishes), so publisher → recover is one way. Reads this
+    /// file's own source.
+    #[test]
+    fn recover_starts_no_publisher() {
+        let src = include_str!("recover.rs");
+        let code: String = src
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect();
+        for bad in ["publisher::", "queue::"] {
+            assert!(
+                !code.contains(bad),
+                "src/publish/recover.rs must not name `{bad}`: the caller resumes queued publishes"
+            );
+        }
+    }
 
     fn publish(path: &str, sha: &str) -> Entry {
         Entry::new(Kind::Publish, "publish", "r")

@@ -128,6 +128,7 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
             "watch",
             chrono::Utc::now(),
         );
+        crate::publish::publisher::resume(&dir);
     }
     let records = ledger.records()?;
     let run_name = cfg.run.name.clone();

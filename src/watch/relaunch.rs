@@ -49,6 +49,7 @@ impl Watcher<'_> {
                 super::SOURCE,
                 chrono::Utc::now(),
             );
+            crate::publish::publisher::resume(&dir);
         }
         let w = &self.cfg.watch;
         let records = self.ledger.records()?;

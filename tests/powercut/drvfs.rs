@@ -8,7 +8,6 @@ use super::state::State;
 use super::Rig;
 use crate::publish::torch_zip;
 use crate::util::{roger_bin, Run};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -264,7 +263,10 @@ fn drvfs_report_and_probe_record_write_their_files() {
         serde_json::from_str(&std::fs::read_to_string(rig.disk().join("rec.json")).unwrap())
             .unwrap();
     assert_eq!(rec["snapshots"].as_array().unwrap().len(), 2);
-    assert_eq!(crate::publish::names_in(&rig.disk()), ["night.html", "rec.json", "run"]);
+    assert_eq!(
+        crate::publish::names_in(&rig.disk()),
+        ["night.html", "rec.json", "run"]
+    );
 }
 
 /// `roger probe ARGS` with the machine-dependent inputs pinned, as tests/probe.rs does.
@@ -367,4 +369,3 @@ fn drvfs_critic_daemon_exports_its_textfile_and_warns_once() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
-
