@@ -100,7 +100,7 @@ pub fn clean_in_place(path: &Path, keep_original: bool) -> Result<InPlace> {
     let mut clean = AtomicFile::create(path, Replace::new(Durability::Durable, 0o600))?;
     // On every error below until the commit, dropping `clean` removes the temporary.
     let (sha256, stats) = write_clean_copy(path, &mut clean)?;
-    if changed(path, &meta0)? {
+    if crate::sys::fsx::changed(path, &meta0)? {
         bail!(
             "{} changed while it was being cleaned (a live log?): left untouched; clean a copy, or use `roger hygiene clean {} > clean.log`",
             path.display(),
@@ -108,7 +108,7 @@ pub fn clean_in_place(path: &Path, keep_original: bool) -> Result<InPlace> {
         );
     }
     let evidence = free_evidence_name(path);
-    keep_evidence(path, &evidence, &meta0).with_context(|| {
+    crate::sys::fsx::link_or_copy(path, &evidence, &meta0).with_context(|| {
         format!(
             "keeping the original as {} (needed as evidence until the clean copy is verified)",
             evidence.display()
@@ -164,93 +164,6 @@ pub fn clean_in_place(path: &Path, keep_original: bool) -> Result<InPlace> {
         sha256,
         evidence,
     })
-}
-
-/// Whether `path` is no longer the file `before` described (size or mtime moved).
-fn changed(path: &Path, before: &std::fs::Metadata) -> Result<bool> {
-    let now = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(now.len() != before.len() || now.modified().ok() != before.modified().ok())
-}
-
-/// Filesystems that refuse hard links: drvfs and 9p on WSL2 (EPERM), FUSE without `link`
-/// (ENOSYS), others ENOTSUP; EMLINK is a file at its link limit. A copy serves instead.
-fn links_refused(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EPERM | libc::ENOSYS | libc::ENOTSUP | libc::EMLINK)
-    )
-}
-
-/// Keep the original under the new name `evidence`. A hard link is the original itself: the
-/// same bytes, mode, owner and times, never replacing another file, with only its name to make
-/// durable (the directory fsync after the rename). Where links are refused, a copy keeps the
-/// same promises: created O_EXCL and private until whole; the bytes fsynced before the clean
-/// copy may replace the name; read back from disk and compared with what was read from the
-/// original, which must not have changed meanwhile; the original's mode and times (and owner,
-/// where allowed) given to it.
-fn keep_evidence(path: &Path, evidence: &Path, meta0: &std::fs::Metadata) -> Result<()> {
-    match std::fs::hard_link(path, evidence) {
-        Ok(()) => return Ok(()),
-        Err(e) if links_refused(&e) => {
-            tracing::debug!("hard link refused ({e}): keeping a copy of the original instead");
-        }
-        Err(e) => return Err(e.into()),
-    }
-    let copied = copy_evidence(path, evidence, meta0);
-    if copied.is_err() {
-        let _ = std::fs::remove_file(evidence);
-    }
-    copied
-}
-
-fn copy_evidence(path: &Path, evidence: &Path, meta0: &std::fs::Metadata) -> Result<()> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let mut out = File::options()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(evidence)
-        .with_context(|| format!("creating {}", evidence.display()))?;
-    let mut src = Hashing {
-        inner: &mut out,
-        hash: Sha256::new(),
-    };
-    let mut input = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    std::io::copy(&mut input, &mut src)
-        .with_context(|| format!("copying {} to {}", path.display(), evidence.display()))?;
-    let read = crate::digest::hex(&src.hash.finalize());
-    if changed(path, meta0)? {
-        bail!("{} changed while it was being copied", path.display());
-    }
-    // The owner first (chown clears set-id bits), then the mode. Only root may give a file
-    // away; anyone else already owns the copy, so a refusal changes nothing.
-    if let Err(e) = std::os::unix::fs::fchown(&out, Some(meta0.uid()), Some(meta0.gid())) {
-        tracing::debug!("{}: owner not copied: {e}", evidence.display());
-    }
-    out.set_permissions(meta0.permissions())
-        .with_context(|| format!("setting the mode of {}", evidence.display()))?;
-    let mut times = std::fs::FileTimes::new();
-    if let Ok(t) = meta0.modified() {
-        times = times.set_modified(t);
-    }
-    if let Ok(t) = meta0.accessed() {
-        times = times.set_accessed(t);
-    }
-    out.set_times(times)
-        .with_context(|| format!("setting the times of {}", evidence.display()))?;
-    out.sync_all()
-        .with_context(|| format!("fsync of {}", evidence.display()))?;
-    drop(out);
-    let (on_disk, _) = crate::digest::hash_file(evidence)?;
-    if on_disk != read {
-        bail!(
-            "{}: the copy reads back differently (sha256 {} read, {} on disk)",
-            evidence.display(),
-            &read[..12],
-            &on_disk[..12]
-        );
-    }
-    Ok(())
 }
 
 fn write_clean_copy(src: &Path, clean: &mut AtomicFile) -> Result<(String, CleanStats)> {
@@ -318,44 +231,5 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = clean_in_place(dir.path(), false).unwrap_err().to_string();
         assert!(err.contains("not a regular file"), "{err}");
-    }
-
-    #[test]
-    fn the_copied_evidence_is_the_original_in_bytes_mode_and_times() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("train.log");
-        std::fs::write(&p, "step 1\r\n").unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
-        let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
-        File::options()
-            .write(true)
-            .open(&p)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
-        let meta = std::fs::metadata(&p).unwrap();
-        let ev = dir.path().join("train.log.orig");
-        copy_evidence(&p, &ev, &meta).unwrap();
-        let m = std::fs::metadata(&ev).unwrap();
-        assert_eq!(std::fs::read(&ev).unwrap(), b"step 1\r\n");
-        assert_eq!(m.permissions().mode() & 0o7777, 0o640);
-        assert_eq!(m.modified().unwrap(), old);
-        // Never replaces a file that is there.
-        let e = copy_evidence(&p, &ev, &meta).unwrap_err();
-        assert!(format!("{e:#}").contains("File exists"), "{e:#}");
-        // The original moved on since it was cleaned: refused.
-        std::fs::write(&p, "step 1\r\nstep 2\n").unwrap();
-        let e = copy_evidence(&p, &dir.path().join("x"), &meta).unwrap_err();
-        assert!(
-            e.to_string().contains("changed while it was being copied"),
-            "{e}"
-        );
-        assert!(links_refused(&std::io::Error::from_raw_os_error(
-            libc::EPERM
-        )));
-        assert!(!links_refused(&std::io::Error::from_raw_os_error(
-            libc::EEXIST
-        )));
     }
 }

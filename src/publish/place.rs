@@ -337,11 +337,17 @@ pub fn set_aside_bad_copy(
     Ok(to)
 }
 
-/// A hard-linked twin of `target` (file or tree) under the `.roger-prev-` name: same bytes,
-/// no copy.
+/// A twin of `target` (file or tree) under the `.roger-prev-` name: hard links (same bytes,
+/// no copy), or where the filesystem refuses them (drvfs, 9p) a verified, fsynced copy, so
+/// latest.json can name it while the new checkpoint takes `target`'s name.
 pub fn link_prev(target: &Path, dest: &Path, name: &str) -> Result<PathBuf> {
     let prev = dest.join(names::prev_name(name));
     remove_any(&prev)?;
+    let twin = |p: &Path, to: &Path| {
+        let meta = std::fs::metadata(p).with_context(|| format!("reading {}", p.display()))?;
+        fsx::link_or_copy(p, to, &meta)
+            .with_context(|| format!("keeping {} as {}", p.display(), to.display()))
+    };
     if target.is_dir() {
         std::fs::create_dir(&prev)?;
         for (rel, p) in crate::digest::list_files(target)? {
@@ -349,13 +355,11 @@ pub fn link_prev(target: &Path, dest: &Path, name: &str) -> Result<PathBuf> {
             if let Some(parent) = to.parent() {
                 std::fs::create_dir_all(parent)?;
             }
-            std::fs::hard_link(&p, &to)
-                .with_context(|| format!("linking {} to {}", p.display(), to.display()))?;
+            twin(&p, &to)?;
         }
         fsync_dirs(&prev)?;
     } else {
-        std::fs::hard_link(target, &prev)
-            .with_context(|| format!("linking {} to {}", target.display(), prev.display()))?;
+        twin(target, &prev)?;
     }
     Ok(prev)
 }

@@ -128,11 +128,10 @@ fn drvfs_hygiene_disk_prune_warns_once() {
     );
 }
 
-/// Publishing over the name latest.json points at hard-links the old checkpoint to a second
-/// name first (`place::link_prev`), which drvfs refuses: today this fails with "linking ...:
-/// Operation not permitted".
+/// Publishing over the name latest.json points at keeps the old checkpoint under a second
+/// name first (`place::link_prev`); drvfs refuses the hard link, so it is a verified copy (it
+/// failed with "linking ...: Operation not permitted"). A file and an HF-style directory.
 #[test]
-#[ignore = "publish's link_prev has no fallback where hard links are refused; src/publish is restructured on another branch"]
 fn drvfs_publish_over_the_current_name() {
     let Some((rig, _m)) = drvfs("drvfs_publish_over_the_current_name") else {
         return;
@@ -146,6 +145,26 @@ fn drvfs_publish_over_the_current_name() {
     check(rig.roger(&["publish", "v1/model.pt"]), 0, 1);
     check(rig.roger(&["publish", "v2/model.pt"]), 0, 1);
     check(rig.roger(&["publish", "--verify"]), 0, 0);
+    assert_eq!(
+        std::fs::read(rig.disk().join("ck/model.pt")).unwrap(),
+        torch_zip(10_000, 2)
+    );
+    rig.write("d1/checkpoint-5/model.pt", torch_zip(2_000, 3));
+    rig.write("d1/checkpoint-5/sub/opt.bin", b"state one");
+    rig.write("d2/checkpoint-5/model.pt", torch_zip(2_000, 4));
+    rig.write("d2/checkpoint-5/sub/opt.bin", b"state two");
+    check(rig.roger(&["publish", "d1/checkpoint-5"]), 0, 1);
+    check(rig.roger(&["publish", "d2/checkpoint-5"]), 0, 1);
+    check(rig.roger(&["publish", "--verify"]), 0, 0);
+    assert_eq!(
+        std::fs::read(rig.disk().join("ck/checkpoint-5/sub/opt.bin")).unwrap(),
+        b"state two"
+    );
+    let left: Vec<String> = crate::publish::names_in(&rig.disk().join("ck"))
+        .into_iter()
+        .filter(|n| n.starts_with(".roger-prev-"))
+        .collect();
+    assert!(left.is_empty(), "twins left behind: {left:?}");
 }
 
 #[test]

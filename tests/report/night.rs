@@ -328,7 +328,8 @@ fn a_scripted_night_is_reported_as_it_happened() {
     let r = report(&env, Some(&now), &["--json", "--since", "1h"]).expect(0);
     let hour: serde_json::Value = serde_json::from_str(&r.stdout()).unwrap();
     assert_eq!(hour["incidents"], m["incidents"]);
-    report(&env, Some(&now), &["--since", "yesterday"]).expect(2);
+    // report judges: a usage error is UNKNOWN (3), not 2 ("stopped").
+    report(&env, Some(&now), &["--since", "yesterday"]).expect(3);
 
     // The digest: same story, at most 20 lines, no colour into a pipe.
     let text = report(&env, Some(&now), &["--text"]).expect(0).stdout();
