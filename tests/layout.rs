@@ -1,7 +1,7 @@
 //! The shape of the sources, checked over the text (DESIGN.md's layout): no import circles
 //! between top-level modules but cli <-> cmd, the log mapping owned by metrics (never
-//! `crate::config` inside `src/metrics/`), the config never importing the ledger, and Rust's own
-//! `main`.
+//! `crate::config` inside `src/metrics/`), the config never importing the ledger, publish's I/O
+//! leaf and its recovery below the rest of publish, and Rust's own `main`.
 
 use crate::util::repo_root;
 use std::collections::{BTreeMap, BTreeSet};
@@ -227,6 +227,36 @@ fn metrics_owns_the_log_mapping_and_config_does_not_import_the_ledger() {
         !never_imports("config", "metrics").is_empty(),
         "config embeds metrics' types"
     );
+}
+
+/// The text of `src/<rel>` without its tests and comments.
+fn source(rel: &str) -> String {
+    sources()
+        .into_iter()
+        .find(|(r, _)| r == Path::new(rel))
+        .unwrap_or_else(|| panic!("src/{rel}"))
+        .1
+}
+
+/// publish's I/O leaf (`ALIGN`, the aligned buffer, `resident_pages`) names nothing of the
+/// crate, so no circle inside publish can pass through it.
+#[test]
+fn the_publish_io_leaf_imports_none_of_its_siblings() {
+    let io = source("publish/io.rs");
+    for bad in ["super::", "crate::"] {
+        assert!(!io.contains(bad), "src/publish/io.rs names {bad}");
+    }
+}
+
+/// Recovery starts no publisher and reads no queue: its callers resume queued publishes, so
+/// publisher -> recover is one way.
+#[test]
+fn publish_recovery_starts_no_publisher() {
+    let recover = source("publish/recover.rs");
+    for bad in ["publisher::", "queue::"] {
+        assert!(!recover.contains(bad), "src/publish/recover.rs names {bad}");
+    }
+    assert!(recover.contains("fn try_recover"), "the file was read");
 }
 
 #[test]

@@ -104,24 +104,4 @@ mod tests {
         assert!(resident <= total);
         assert_eq!(resident_pages(&f, 0), Some((0, 0)));
     }
-
-    /// The leaf rule of issue 27: this module names none of its publish siblings, so nothing
-    /// in publish can import a circle through it. The check reads this file's own source.
-    #[test]
-    fn io_imports_none_of_its_publish_siblings() {
-        let src = include_str!("io.rs");
-        let code: String = src
-            .split("#[cfg(test)]")
-            .next()
-            .unwrap()
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
-            .collect();
-        for bad in ["super::", "crate::publish", "crate::"] {
-            assert!(
-                !code.contains(bad),
-                "src/publish/io.rs must stay a leaf, but its code names `{bad}`"
-            );
-        }
-    }
 }

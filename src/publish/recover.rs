@@ -407,27 +407,6 @@ fn pruned_but_present(records: &[Record], dest: &Path) -> Vec<(PathBuf, (String,
 mod tests {
     use super::*;
 
-    /// Recovery is a leaf below the queue: it starts no publisher and reads no queue (its
-    /// callers resume queued publishes), so publisher → recover is one way. Reads this
-    /// file's own source.
-    #[test]
-    fn recover_starts_no_publisher() {
-        let src = include_str!("recover.rs");
-        let code: String = src
-            .split("#[cfg(test)]")
-            .next()
-            .unwrap()
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
-            .collect();
-        for bad in ["publisher::", "queue::"] {
-            assert!(
-                !code.contains(bad),
-                "src/publish/recover.rs must not name `{bad}`: the caller resumes queued publishes"
-            );
-        }
-    }
-
     fn publish(path: &str, sha: &str) -> Entry {
         Entry::new(Kind::Publish, "publish", "r")
             .field("path", path)
