@@ -31,7 +31,6 @@ mod ratios;
 use roger::publish::{publish, Request};
 use roger::sys::disk::RealDisk;
 use roger::sys::SystemClock;
-use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -120,15 +119,7 @@ fn main() {
     let sha_ni = std::arch::is_x86_feature_detected!("sha");
     #[cfg(not(target_arch = "x86_64"))]
     let sha_ni = false;
-    let block = vec![0x5au8; 256 << 20];
-    let t = Instant::now();
-    let mut h = Sha256::new();
-    for _ in 0..4 {
-        h.update(&block);
-    }
-    let _ = h.finalize();
-    let hash_rate = gbps(4 * block.len() as u64, t.elapsed());
-    drop(block);
+    let hash_rate = ratios::sha256_per_core();
     println!(
         "sha256 alone (sha2 crate, CPU SHA extensions detected: {sha_ni}): {hash_rate:.2} GB/s"
     );
