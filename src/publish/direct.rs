@@ -1,8 +1,9 @@
-//! O_DIRECT for the source reads, the staging copy's writes and the verify re-read: the bytes
-//! move between the device and roger's buffers without a page-cache copy (one memcpy less
-//! each way, and a multi-GB checkpoint does not evict the training's cached data). Where a
-//! filesystem refuses O_DIRECT (EINVAL: some 9p/drvfs/FUSE mounts), each falls back to
-//! buffered I/O.
+//! Positioned I/O on a checkpoint file, O_DIRECT or buffered. The verify re-read is O_DIRECT,
+//! so the bytes hashed are the device's, not the page cache's; where a filesystem refuses
+//! O_DIRECT (EINVAL: some 9p/drvfs/FUSE mounts) it falls back to buffered reads of pages
+//! dropped first. The copy reads and writes buffered (readahead keeps the device busy; issue
+//! 27 measured O_DIRECT slower there), starting write-back every 64 MiB and dropping the
+//! pages behind it, so a multi-GB checkpoint does not evict the training's cached data.
 
 use super::io::{AlignedBuf, ALIGN};
 use anyhow::{Context, Result};
