@@ -155,8 +155,8 @@ where
 /// can (`fallocate`). The source is read with sequential readahead: O_DIRECT source reads
 /// (f731360) saved CPU but left the device idle between requests, and made the copy pass
 /// 1.53x slower (issue 27; 80f8eb8 read it this way). The staging copy is written buffered,
-/// its write-back started every 64 MiB and its pages dropped behind it (`DirectFile`'s
-/// buffered mode), so the fsync has little left: measured side by side on the 2-core VM
+/// its write-back started every 64 MiB (`DirectFile`'s buffered mode), so the fsync has
+/// little left: measured side by side on the 2-core VM
 /// (`bench_publish ratios 3`, idle), 1 GiB 2.32 s against 3.29 s with O_DIRECT writes, 8
 /// shards 12.86 s against 14.31 s, for about 40% more CPU (page-cache copies). The verify
 /// re-read stays O_DIRECT after the fsync: the bytes checked are the device's.

@@ -2,8 +2,8 @@
 //! so the bytes hashed are the device's, not the page cache's; where a filesystem refuses
 //! O_DIRECT (EINVAL: some 9p/drvfs/FUSE mounts) it falls back to buffered reads of pages
 //! dropped first. The copy reads and writes buffered (readahead keeps the device busy; issue
-//! 27 measured O_DIRECT slower there), starting write-back every 64 MiB and dropping the
-//! pages behind it, so a multi-GB checkpoint does not evict the training's cached data.
+//! 27 measured O_DIRECT slower there), starting write-back every 64 MiB so the fsync has
+//! little left; the staging copy's pages are dropped before its re-read.
 
 use super::io::{AlignedBuf, ALIGN};
 use anyhow::{Context, Result};
