@@ -25,6 +25,7 @@ pub(crate) mod progress;
 pub mod publish;
 pub(crate) mod quarantine;
 pub(crate) mod ranks;
+pub mod remote;
 pub mod report;
 pub mod schedule;
 pub(crate) mod sentinel;

@@ -17,6 +17,9 @@ pub struct PublishConfig {
     pub margin: Bytes,
     /// `roger publish` queues the publish and returns at once (as `--detach`).
     pub detach: bool,
+    /// `s3://bucket/prefix/`: every published checkpoint is also sent there, verified
+    /// (`[remote]` says how to reach it; credentials come from the environment).
+    pub remote: Option<String>,
 }
 
 impl Default for PublishConfig {
@@ -26,6 +29,7 @@ impl Default for PublishConfig {
             keep_every: 0,
             margin: Bytes(256 << 20),
             detach: false,
+            remote: None,
         }
     }
 }

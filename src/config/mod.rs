@@ -89,6 +89,8 @@ struct RawConfig {
     #[serde(default)]
     ranks: ranks::RanksConfig,
     preempt: Option<preempt::PreemptConfig>,
+    #[serde(default)]
+    remote: crate::remote::RemoteConfig,
 }
 
 /// A loaded, validated roger.toml with paths resolved against its directory.
@@ -119,6 +121,8 @@ pub struct Config {
     pub ranks: ranks::RanksConfig,
     /// `[preempt]`: the notice hand-off; None when the section is not written.
     pub preempt: Option<preempt::PreemptConfig>,
+    /// `[remote]`: how to reach the bucket `[publish] remote` names.
+    pub remote: crate::remote::RemoteConfig,
 }
 
 impl Config {
@@ -205,6 +209,7 @@ impl Config {
             notify: raw.notify,
             ranks: raw.ranks,
             preempt: raw.preempt,
+            remote: raw.remote,
         })
     }
 

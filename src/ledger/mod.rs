@@ -62,11 +62,14 @@ pub enum Kind {
     Hygiene,
     /// Watch lifecycle: start, signal forwarded, child exited, done.
     Watch,
+    /// The bucket (`event`: queued, verified, mismatch, failed, aborted, latest, latest_race,
+    /// pruned, fetched, ledger_rebuilt, mirror_conflict): what reached it, verified or not.
+    Remote,
     Note,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::Verdict,
         Kind::Kill,
         Kind::Relaunch,
@@ -82,6 +85,7 @@ impl Kind {
         Kind::Bench,
         Kind::Hygiene,
         Kind::Watch,
+        Kind::Remote,
         Kind::Note,
     ];
 
@@ -102,6 +106,7 @@ impl Kind {
             Kind::Bench => "bench",
             Kind::Hygiene => "hygiene",
             Kind::Watch => "watch",
+            Kind::Remote => "remote",
             Kind::Note => "note",
         }
     }

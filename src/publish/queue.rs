@@ -169,7 +169,7 @@ pub fn next_id(queued: &[Queued], now_nanos: u128) -> String {
     format!("{:020}", now_nanos.max(last))
 }
 
-fn lock_file(path: &Path, nonblocking: bool) -> Result<Option<nix::fcntl::Flock<File>>> {
+pub(crate) fn lock_file(path: &Path, nonblocking: bool) -> Result<Option<nix::fcntl::Flock<File>>> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

@@ -123,6 +123,51 @@ pub fn sentence(r: &Record) -> String {
             num(r.get("backoff_s"))
         ),
         Kind::Breaker => format!("breaker {} open: {}", s(r, "breaker"), s(r, "evidence")),
+        Kind::Remote => {
+            let what = match r.str_field("event").unwrap_or("?") {
+                "queued" => format!(
+                    "queued {} for the bucket ({})",
+                    s(r, "path"),
+                    bytes(r.u64_field("size"))
+                ),
+                "verified" => format!(
+                    "verified in the bucket: {} ({})",
+                    s(r, "url"),
+                    bytes(r.u64_field("size"))
+                ),
+                "mismatch" => format!(
+                    "bucket copy {} failed verification: {}",
+                    s(r, "url"),
+                    s(r, "error")
+                ),
+                "failed" => format!("bucket: {} failed: {}", s(r, "url"), s(r, "error")),
+                "gave_up" => format!("bucket: gave up on {}: {}", s(r, "url"), s(r, "error")),
+                "aborted" => format!("bucket: aborted an interrupted upload of {}", s(r, "url")),
+                "latest" => format!("bucket latest.json now names {}", s(r, "points_to")),
+                "latest_race" => format!(
+                    "bucket latest.json race: {} ({})",
+                    s(r, "points_to"),
+                    s(r, "resolved")
+                ),
+                "pruned" => format!("pruned {} from the bucket: {}", s(r, "url"), s(r, "reason")),
+                "fetched" => format!("fetched {} to {}", s(r, "url"), s(r, "to")),
+                "fetch_mismatch" | "fetch_failed" => format!(
+                    "passed over {}: {}",
+                    s(r, "url"),
+                    r.str_field("reason")
+                        .or(r.str_field("error"))
+                        .unwrap_or("?")
+                ),
+                "ledger_rebuilt" => format!(
+                    "ledger rebuilt from {} ({} records)",
+                    s(r, "url"),
+                    num(r.get("records"))
+                ),
+                "mirror_conflict" => format!("ledger mirror left alone: {}", s(r, "error")),
+                e => format!("bucket {e}"),
+            };
+            format!("{what}{}", at_step(r))
+        }
         Kind::Publish => format!(
             "published {} ({}){}{}",
             s(r, "path"),

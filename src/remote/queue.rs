@@ -1,0 +1,814 @@
+//! The upload queue of one destination (`DEST/.roger-upload/`) and its uploader. A publish
+//! that completed locally writes one job (durably) and a `remote` `queued` record, and starts
+//! the uploader if none runs: a detached `roger publish --upload-drain --to DEST` (its own
+//! session, so it outlives the training script) that holds the uploader lock and works the jobs
+//! off oldest first: abort what a killed uploader left open (with a record), send, verify,
+//! move the bucket's latest.json, apply retention in the bucket, mirror the ledger, and only
+//! then remove the job. Training never waits for any of it (`publish --wait` may).
+
+use super::latest::{self, Moved, RemoteLatest};
+use super::records::SOURCE;
+use super::store::{Store, StoreError};
+use super::{mirror, records, upload, Remote, RemoteConfig, Target};
+use crate::ledger::{Entry, Kind, Ledger, Record};
+use crate::sys::fsx;
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const DIR: &str = ".roger-upload";
+const LOCK: &str = "uploader.lock";
+pub const LOG: &str = "uploader.log";
+
+/// One checkpoint to send: everything the uploader needs, so it runs without the config.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    pub id: String,
+    pub run: String,
+    pub ledger: PathBuf,
+    pub remote: String,
+    pub cfg: RemoteConfig,
+    /// The local checkpoint (absolute, as its publish record names it).
+    pub path: PathBuf,
+    /// Relative to the destination directory: its name under `checkpoints/`.
+    pub name: String,
+    pub dir: bool,
+    pub sha256: String,
+    pub size: u64,
+    pub step: Option<u64>,
+    pub published_at: String,
+    /// `[watch] rollback_margin_steps`, for retention in the bucket.
+    #[serde(default)]
+    pub rollback_margin: u64,
+    /// Multipart uploads started and not yet completed or aborted: (key, upload id).
+    #[serde(default)]
+    pub open: Vec<(String, String)>,
+}
+
+pub fn dir(dest: &Path) -> PathBuf {
+    dest.join(DIR)
+}
+
+fn job_path(dest: &Path, id: &str) -> PathBuf {
+    dir(dest).join(format!("{id}.json"))
+}
+
+fn save(dest: &Path, job: &Job) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(job)?;
+    fsx::write_atomic(
+        &job_path(dest, &job.id),
+        &bytes,
+        fsx::Replace::new(fsx::Durability::Durable, 0o600),
+    )?;
+    Ok(())
+}
+
+/// Jobs waiting, oldest first.
+pub fn pending(dest: &Path) -> Result<Vec<Job>> {
+    let d = dir(dest);
+    let rd = match std::fs::read_dir(&d) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", d.display())),
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "json") {
+            let text = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+            match serde_json::from_slice::<Job>(&text) {
+                Ok(j) => out.push(j),
+                Err(e) => tracing::warn!("{}: not an upload job ({e}); left alone", p.display()),
+            }
+        }
+    }
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
+/// Queue a published checkpoint for the bucket; the record first says it is queued.
+#[allow(clippy::too_many_arguments)]
+pub fn enqueue(
+    dest: &Path,
+    remote: &Remote,
+    ledger: &Ledger,
+    run: &str,
+    path: &Path,
+    sha256: &str,
+    size: u64,
+    step: Option<u64>,
+    rollback_margin: u64,
+) -> Result<Job> {
+    let name = path
+        .strip_prefix(dest)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .to_string();
+    let now = chrono::Utc::now();
+    let job = Job {
+        id: format!(
+            "{:020}-{}",
+            now.timestamp_nanos_opt().unwrap_or(0),
+            name.replace('/', "_")
+        ),
+        run: run.to_string(),
+        ledger: std::path::absolute(ledger.path())?,
+        remote: remote.target.url(),
+        cfg: remote.cfg.clone(),
+        path: path.to_path_buf(),
+        dir: path.is_dir(),
+        name,
+        sha256: sha256.to_string(),
+        size,
+        step,
+        published_at: now.to_rfc3339(),
+        rollback_margin,
+        open: Vec::new(),
+    };
+    fsx::create_dirs_durably(&dir(dest))?;
+    save(dest, &job)?;
+    ledger.append(
+        Entry::new(Kind::Remote, "publish", run)
+            .step(step)
+            .field("event", "queued")
+            .field("upload_id", &job.id)
+            .field("path", path.display().to_string())
+            .field(
+                "url",
+                remote
+                    .target
+                    .object_url(&remote.target.checkpoint_key(&job.name)),
+            )
+            .field("size", size),
+        now,
+    )?;
+    Ok(job)
+}
+
+/// Whether an uploader holds the lock of `dest`.
+pub fn running(dest: &Path) -> bool {
+    dir(dest).is_dir()
+        && matches!(
+            crate::publish::queue::lock_file(&dir(dest).join(LOCK), true),
+            Ok(None)
+        )
+}
+
+/// Start `roger publish --upload-drain --to DEST` in its own session, output appended to
+/// `DEST/.roger-upload/uploader.log`.
+pub fn spawn(dest: &Path, exe: &Path) -> Result<u32> {
+    use std::os::unix::process::CommandExt;
+    let log_path = dir(dest).join(LOG);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["publish", "--upload-drain", "--to"])
+        .arg(dest)
+        .current_dir(dest)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting the uploader {}", exe.display()))?;
+    let pid = child.id();
+    std::thread::spawn(move || child.wait());
+    Ok(pid)
+}
+
+/// When jobs wait in `dest` and no uploader runs, start one. Returns how many wait.
+pub fn resume(dest: &Path) -> usize {
+    let Ok(jobs) = pending(dest) else { return 0 };
+    if jobs.is_empty() || running(dest) {
+        return jobs.len();
+    }
+    if let Some(exe) = crate::publish::publisher::roger_exe() {
+        match spawn(dest, &exe) {
+            Ok(pid) => eprintln!(
+                "roger: {} checkpoint(s) in {} wait for the bucket: uploader started (pid {pid})",
+                jobs.len(),
+                dest.display()
+            ),
+            Err(e) => eprintln!(
+                "roger: warning: cannot start the uploader for {}: {e:#}",
+                dest.display()
+            ),
+        }
+    }
+    jobs.len()
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Drained {
+    pub verified: usize,
+    pub left: usize,
+}
+
+/// The uploader: hold the lock (or leave it to the holder), work the jobs off, look again
+/// after releasing it so a job queued meanwhile is not stranded.
+pub fn drain(dest: &Path, open: &dyn Fn(&Remote) -> Result<Box<dyn Store>>) -> Result<Drained> {
+    let mut out = Drained::default();
+    loop {
+        fsx::create_dirs_durably(&dir(dest))?;
+        let Some(lock) = crate::publish::queue::lock_file(&dir(dest).join(LOCK), true)? else {
+            return Ok(out);
+        };
+        let mut stores: Vec<(String, Box<dyn Store>)> = Vec::new();
+        loop {
+            let jobs = pending(dest)?;
+            let Some(job) = jobs.into_iter().next() else {
+                break;
+            };
+            let remote = Remote {
+                target: Target::parse(&job.remote)?,
+                cfg: job.cfg.clone(),
+            };
+            if !stores.iter().any(|(u, _)| *u == job.remote) {
+                stores.push((job.remote.clone(), open(&remote)?));
+            }
+            let store = &stores.iter().find(|(u, _)| *u == job.remote).unwrap().1;
+            match work(dest, store.as_ref(), &remote, job)? {
+                Step::Done => out.verified += 1,
+                Step::Dropped => {}
+                Step::Stop => {
+                    out.left = pending(dest)?.len();
+                    return Ok(out);
+                }
+            }
+        }
+        drop(lock);
+        if pending(dest)?.is_empty() {
+            return Ok(out);
+        }
+    }
+}
+
+enum Step {
+    Done,
+    Dropped,
+    /// Leave the rest queued (bad credentials, no bucket, the network gone for minutes):
+    /// the next publish, watch or `publish --wait` starts the uploader again.
+    Stop,
+}
+
+fn record(
+    ledger: &Ledger,
+    job: &Job,
+    event: &str,
+    fields: Vec<(&str, serde_json::Value)>,
+) -> Result<Record> {
+    let mut e = Entry::new(Kind::Remote, SOURCE, &job.run)
+        .step(job.step)
+        .field("event", event)
+        .field("upload_id", &job.id)
+        .field("path", job.path.display().to_string());
+    for (k, v) in fields {
+        e = e.field(k, v);
+    }
+    let r = ledger.append(e, chrono::Utc::now())?;
+    Ok(r)
+}
+
+const TRIES: u32 = 5;
+
+fn work(dest: &Path, store: &dyn Store, remote: &Remote, mut job: Job) -> Result<Step> {
+    use serde_json::json;
+    let ledger = Ledger::new(&job.ledger);
+    let key = remote.target.checkpoint_key(&job.name);
+    let url = remote.target.object_url(&key);
+    // What a killed uploader left open: abort it (parts are billed until then), on record.
+    for (k, id) in std::mem::take(&mut job.open) {
+        let r = store.abort_multipart(&k, &id);
+        record(
+            &ledger,
+            &job,
+            "aborted",
+            vec![
+                ("url", json!(remote.target.object_url(&k))),
+                ("multipart_id", json!(id)),
+                ("reason", json!("an earlier uploader stopped mid-upload (killed, or its machine went away); the upload restarts from the first part")),
+                ("error", json!(r.err().map(|e| e.to_string()))),
+            ],
+        )?;
+        eprintln!(
+            "roger: aborted an interrupted upload of {}",
+            remote.target.object_url(&k)
+        );
+    }
+    save(dest, &job)?;
+    if !job.path.exists() {
+        record(
+            &ledger,
+            &job,
+            "gave_up",
+            vec![
+                ("url", json!(url)),
+                (
+                    "error",
+                    json!(format!(
+                        "{} is gone from this disk; nothing to upload",
+                        job.path.display()
+                    )),
+                ),
+            ],
+        )?;
+        std::fs::remove_file(job_path(dest, &job.id))?;
+        return Ok(Step::Dropped);
+    }
+    let mut mismatches = 0;
+    for attempt in 1..=TRIES {
+        let t0 = std::time::Instant::now();
+        let (path, sha) = (job.path.clone(), job.sha256.clone());
+        let mut started = |k: &str, id: &str| -> Result<()> {
+            job.open.push((k.to_string(), id.to_string()));
+            save(dest, &job)
+        };
+        let sent = upload::send(store, &path, &key, &sha, &remote.cfg, &mut started);
+        job.open.clear();
+        save(dest, &job)?;
+        match sent {
+            Ok(Ok(s)) => {
+                record(
+                    &ledger,
+                    &job,
+                    "verified",
+                    vec![
+                        ("url", json!(url)),
+                        ("name", json!(job.name)),
+                        ("dir", json!(job.dir)),
+                        ("sha256", json!(job.sha256)),
+                        ("size", json!(job.size)),
+                        ("verify", json!(remote.cfg.verify.as_str())),
+                        ("parts", json!(s.parts)),
+                        ("upload_s", json!(s.upload_s)),
+                        ("verify_s", json!(s.verify_s)),
+                        ("verify_bytes", json!(s.verify_bytes)),
+                        ("seconds", json!(t0.elapsed().as_secs_f64())),
+                        ("attempt", json!(attempt)),
+                    ],
+                )?;
+                eprintln!(
+                    "roger: {} verified in the bucket as {url} ({} bytes, {} part(s), upload {:.1}s, verify {:.1}s)",
+                    job.path.display(), job.size, s.parts, s.upload_s, s.verify_s
+                );
+                after_verified(dest, store, remote, &ledger, &job, s.etags)?;
+                std::fs::remove_file(job_path(dest, &job.id))?;
+                fsx::fsync_dir(&dir(dest))?;
+                return Ok(Step::Done);
+            }
+            Ok(Err(m)) => {
+                mismatches += 1;
+                record(
+                    &ledger,
+                    &job,
+                    "mismatch",
+                    vec![
+                        ("url", json!(url)),
+                        ("expected", json!(job.sha256)),
+                        ("got", json!(m.got)),
+                        (
+                            "error",
+                            json!(format!(
+                                "the bucket holds other bytes than were sent: {}",
+                                m.detail
+                            )),
+                        ),
+                        (
+                            "reason",
+                            json!("the remote copy is not used; it is deleted and uploaded again"),
+                        ),
+                        ("attempt", json!(attempt)),
+                    ],
+                )?;
+                eprintln!(
+                    "roger: {url} failed its verification ({}); uploading it again",
+                    m.detail
+                );
+                for k in &m.keys {
+                    let _ = store.delete(k);
+                }
+                if mismatches >= 3 {
+                    break;
+                }
+            }
+            Err(e) => {
+                let fatal = matches!(
+                    e.downcast_ref::<StoreError>(),
+                    Some(StoreError::Denied(_)) | Some(StoreError::NotFound(_))
+                );
+                let msg = super::store::scrub(&format!("{e:#}"));
+                record(
+                    &ledger,
+                    &job,
+                    "failed",
+                    vec![
+                        ("url", json!(url)),
+                        ("error", json!(msg)),
+                        ("attempt", json!(attempt)),
+                        (
+                            "reason",
+                            json!(if fatal {
+                                "left queued: fix the cause; the next publish, roger watch or roger publish --wait retries"
+                            } else {
+                                "retrying with backoff"
+                            }),
+                        ),
+                    ],
+                )?;
+                eprintln!(
+                    "roger: upload of {} to {url} failed (attempt {attempt}): {msg}",
+                    job.path.display()
+                );
+                if fatal {
+                    return Ok(Step::Stop);
+                }
+                std::thread::sleep(backoff(attempt));
+            }
+        }
+    }
+    record(
+        &ledger,
+        &job,
+        "failed",
+        vec![
+            ("url", json!(url)),
+            (
+                "error",
+                json!(format!("{TRIES} attempts did not give a verified copy")),
+            ),
+            (
+                "reason",
+                json!("left queued; the next publish, roger watch or roger publish --wait retries"),
+            ),
+        ],
+    )?;
+    Ok(Step::Stop)
+}
+
+fn backoff(attempt: u32) -> Duration {
+    let base = std::env::var("ROGER_UPLOAD_BACKOFF_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000u64);
+    Duration::from_millis(base << attempt.min(6))
+}
+
+/// After a verified copy: move latest.json, retention in the bucket, mirror the ledger.
+fn after_verified(
+    dest: &Path,
+    store: &dyn Store,
+    remote: &Remote,
+    ledger: &Ledger,
+    job: &Job,
+    etags: Vec<String>,
+) -> Result<()> {
+    use serde_json::json;
+    let url = remote
+        .target
+        .object_url(&remote.target.checkpoint_key(&job.name));
+    let ours = RemoteLatest {
+        path: job.name.clone(),
+        sha256: job.sha256.clone(),
+        size: job.size,
+        step: job.step,
+        published_at: job.published_at.clone(),
+        url: url.clone(),
+        etags,
+        verified_at: chrono::Utc::now().to_rfc3339(),
+    };
+    match latest::advance(store, &remote.target, &ours) {
+        Ok(Moved::Written { etag, races }) => {
+            record(
+                ledger,
+                job,
+                if races > 0 { "latest_race" } else { "latest" },
+                vec![
+                    (
+                        "url",
+                        json!(remote.target.object_url(&remote.target.latest_key())),
+                    ),
+                    ("points_to", json!(url)),
+                    ("etag", json!(etag)),
+                    ("races_lost", json!(races)),
+                    ("resolved", json!("by step: ours is newer")),
+                ],
+            )?;
+        }
+        Ok(Moved::Kept {
+            theirs,
+            theirs_path,
+            races,
+        }) => {
+            record(ledger, job, "latest_race", vec![
+                ("url", json!(remote.target.object_url(&remote.target.latest_key()))),
+                ("points_to", json!(theirs_path)),
+                ("theirs_step", json!(theirs)),
+                ("races_lost", json!(races)),
+                ("resolved", json!("by step: the bucket's latest.json already names a newer (or the same) checkpoint, left as it is")),
+            ])?;
+        }
+        Err(e) => {
+            record(
+                ledger,
+                job,
+                "failed",
+                vec![
+                    (
+                        "url",
+                        json!(remote.target.object_url(&remote.target.latest_key())),
+                    ),
+                    ("error", json!(super::store::scrub(&format!("{e:#}")))),
+                    (
+                        "reason",
+                        json!("latest.json not moved; the checkpoint's copy is verified"),
+                    ),
+                ],
+            )?;
+        }
+    }
+    prune_bucket(dest, store, remote, ledger, job)?;
+    match mirror::push(store, &remote.target, ledger.path()) {
+        Ok(mirror::Mirrored::Diverged {
+            remote_bytes,
+            local_bytes,
+        }) => {
+            record(ledger, job, "mirror_conflict", vec![
+                ("url", json!(remote.target.object_url(&remote.target.ledger_key()))),
+                ("error", json!(format!("the bucket's ledger ({remote_bytes} bytes) holds records this one ({local_bytes} bytes) does not: another machine wrote there; left alone"))),
+            ])?;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            record(
+                ledger,
+                job,
+                "failed",
+                vec![
+                    (
+                        "url",
+                        json!(remote.target.object_url(&remote.target.ledger_key())),
+                    ),
+                    ("error", json!(super::store::scrub(&format!("{e:#}")))),
+                    (
+                        "reason",
+                        json!("ledger mirror not updated; the next upload tries again"),
+                    ),
+                ],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The bucket's checkpoints as the ledger sees them: publish records of those with a verified
+/// copy, the bucket's own prunes as prunes (local prunes do not remove a bucket copy).
+pub fn bucket_view(records: &[Record], run: &str) -> Vec<Record> {
+    let copies = records::verified(records, run);
+    records
+        .iter()
+        .filter_map(|r| match r.kind {
+            Kind::Publish => {
+                let path = r.str_field("path").map(PathBuf::from)?;
+                let sha = r.str_field("sha256")?;
+                copies
+                    .iter()
+                    .any(|c| c.path == path && c.sha256 == sha)
+                    .then(|| r.clone())
+            }
+            Kind::Prune => None,
+            _ => Some(r.clone()),
+        })
+        .collect()
+}
+
+/// Retention in the bucket: the same rule as the local one (`publish::retention::plan`) over
+/// the bucket's checkpoints, `[remote] keep_last` of them; the bucket's latest.json target is
+/// never a candidate. Record first, then delete.
+fn prune_bucket(
+    dest: &Path,
+    store: &dyn Store,
+    remote: &Remote,
+    ledger: &Ledger,
+    job: &Job,
+) -> Result<()> {
+    use serde_json::json;
+    if remote.cfg.keep_last == 0 {
+        return Ok(());
+    }
+    let recs = ledger.records()?;
+    let view = bucket_view(&recs, &job.run);
+    let latest_path = latest::read(store, &remote.target)
+        .ok()
+        .flatten()
+        .map(|(l, _)| dest.join(l.path));
+    let policy = crate::config::PublishConfig {
+        keep_last: remote.cfg.keep_last,
+        ..Default::default()
+    };
+    let guard = crate::publish::retention::Guard {
+        latest: latest_path,
+        rollback_margin: job.rollback_margin,
+    };
+    let plan =
+        crate::publish::retention::plan(&view, &job.run, dest, &policy, &guard, &mut |_| Ok(()));
+    let copies = records::verified(&recs, &job.run);
+    for c in plan.candidates {
+        let Some(copy) = records::copy_of(&copies, &c.checkpoint) else {
+            continue;
+        };
+        let key = copy
+            .url
+            .strip_prefix(&format!("s3://{}/", remote.target.bucket))
+            .unwrap_or(&copy.url)
+            .to_string();
+        ledger.append(
+            Entry::new(Kind::Remote, SOURCE, &job.run)
+                .step(c.checkpoint.step)
+                .field("event", "pruned")
+                .field("url", &copy.url)
+                .field("path", c.checkpoint.path.display().to_string())
+                .field("size", c.checkpoint.size)
+                .field(
+                    "reason",
+                    format!(
+                        "bucket retention (keep_last = {}): {}",
+                        remote.cfg.keep_last, c.reason
+                    ),
+                ),
+            chrono::Utc::now(),
+        )?;
+        let keys: Vec<String> = if copy.dir {
+            store
+                .list(&format!("{key}/"))?
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect()
+        } else {
+            vec![key]
+        };
+        for k in keys {
+            if let Err(e) = store.delete(&k) {
+                record(
+                    ledger,
+                    job,
+                    "failed",
+                    vec![
+                        ("url", json!(remote.target.object_url(&k))),
+                        ("error", json!(e.to_string())),
+                        ("reason", json!("pruning it from the bucket")),
+                    ],
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::units::Bytes;
+    use crate::remote::store::Memory;
+    use std::sync::Arc;
+
+    struct Shared(Arc<Memory>);
+    impl Store for Shared {
+        fn describe(&self) -> String {
+            self.0.describe()
+        }
+        fn head(
+            &self,
+            k: &str,
+        ) -> super::super::store::StoreResult<Option<super::super::store::Meta>> {
+            self.0.head(k)
+        }
+        fn get(
+            &self,
+            k: &str,
+        ) -> super::super::store::StoreResult<Option<(Vec<u8>, super::super::store::Meta)>>
+        {
+            self.0.get(k)
+        }
+        fn get_range(&self, k: &str, a: u64, b: u64) -> super::super::store::StoreResult<Vec<u8>> {
+            self.0.get_range(k, a, b)
+        }
+        fn put(
+            &self,
+            k: &str,
+            b: Vec<u8>,
+            c: super::super::store::Cond,
+        ) -> super::super::store::StoreResult<super::super::store::Meta> {
+            self.0.put(k, b, c)
+        }
+        fn create_multipart(&self, k: &str) -> super::super::store::StoreResult<String> {
+            self.0.create_multipart(k)
+        }
+        fn put_part(
+            &self,
+            k: &str,
+            u: &str,
+            i: usize,
+            b: Vec<u8>,
+        ) -> super::super::store::StoreResult<String> {
+            self.0.put_part(k, u, i, b)
+        }
+        fn complete_multipart(
+            &self,
+            k: &str,
+            u: &str,
+            p: Vec<String>,
+        ) -> super::super::store::StoreResult<super::super::store::Meta> {
+            self.0.complete_multipart(k, u, p)
+        }
+        fn abort_multipart(&self, k: &str, u: &str) -> super::super::store::StoreResult<()> {
+            self.0.abort_multipart(k, u)
+        }
+        fn delete(&self, k: &str) -> super::super::store::StoreResult<()> {
+            self.0.delete(k)
+        }
+        fn list(&self, p: &str) -> super::super::store::StoreResult<Vec<(String, u64)>> {
+            self.0.list(p)
+        }
+    }
+
+    #[test]
+    fn jobs_upload_verify_move_latest_prune_and_mirror() {
+        std::env::set_var("ROGER_UPLOAD_BACKOFF_MS", "1");
+        let d = tempfile::tempdir().unwrap();
+        let dest = d.path().join("ckpt");
+        std::fs::create_dir_all(&dest).unwrap();
+        let ledger = Ledger::new(d.path().join("roger-ledger.jsonl"));
+        let remote = Remote {
+            target: Target::parse("s3://bkt/run").unwrap(),
+            cfg: RemoteConfig {
+                keep_last: 2,
+                part_size: Bytes(5 << 20),
+                ..Default::default()
+            },
+        };
+        let mem = Arc::new(Memory::default());
+        *mem.fail_parts.lock().unwrap() = 0;
+        for step in [10u64, 20, 30] {
+            let p = dest.join(format!("ckpt-{step}.pt"));
+            std::fs::write(&p, format!("weights at {step}")).unwrap();
+            let sha = crate::digest::hash_file(&p).unwrap().0;
+            ledger
+                .append(
+                    Entry::new(Kind::Publish, "publish", "r")
+                        .step(Some(step))
+                        .field("path", p.display().to_string())
+                        .field("sha256", &sha)
+                        .field("size", 14),
+                    chrono::Utc::now(),
+                )
+                .unwrap();
+            enqueue(&dest, &remote, &ledger, "r", &p, &sha, 14, Some(step), 0).unwrap();
+        }
+        // A killed uploader's open multipart upload, recorded in the first job.
+        let mut jobs = pending(&dest).unwrap();
+        let id = mem.create_multipart("run/checkpoints/ckpt-10.pt").unwrap();
+        jobs[0].open.push(("run/checkpoints/ckpt-10.pt".into(), id));
+        save(&dest, &jobs[0]).unwrap();
+        let m2 = mem.clone();
+        let got = drain(&dest, &move |_| {
+            Ok(Box::new(Shared(m2.clone())) as Box<dyn Store>)
+        })
+        .unwrap();
+        assert_eq!(got.verified, 3);
+        assert!(pending(&dest).unwrap().is_empty());
+        assert_eq!(mem.uploads_open(), 0, "the interrupted upload was aborted");
+        let recs = ledger.records().unwrap();
+        let ev: Vec<&str> = recs.iter().filter_map(|r| r.str_field("event")).collect();
+        assert!(ev.contains(&"aborted"), "{ev:?}");
+        assert_eq!(ev.iter().filter(|e| **e == "verified").count(), 3);
+        assert_eq!(ev.iter().filter(|e| **e == "pruned").count(), 1, "{ev:?}");
+        let keys: Vec<String> = mem.objects.lock().unwrap().keys().cloned().collect();
+        assert!(
+            !keys.contains(&"run/checkpoints/ckpt-10.pt".to_string()),
+            "{keys:?}"
+        );
+        assert!(keys.contains(&"run/checkpoints/ckpt-30.pt".to_string()));
+        let l = latest::read(mem.as_ref(), &remote.target)
+            .unwrap()
+            .unwrap()
+            .0;
+        assert_eq!(l.step, Some(30));
+        // The mirror holds the records up to the last mirror (taken after the prune).
+        let mirrored = mem.objects.lock().unwrap()["run/roger-ledger.jsonl"]
+            .0
+            .clone();
+        assert!(std::fs::read(ledger.path()).unwrap().starts_with(&mirrored));
+        assert!(crate::ledger::scan_bytes(&mirrored).first_break().is_none());
+    }
+}
