@@ -93,6 +93,10 @@ pub enum Command {
     /// Publish a checkpoint crash-safely: copy, fsync, verify from disk, rename, latest.json,
     /// ledger record, retention. `--verify` re-hashes a published one.
     Publish(cmd::publish::PublishArgs),
+    /// The last good checkpoint from the bucket ([publish] remote) onto this machine,
+    /// verified against its ledger record (the ledger is rebuilt from the bucket when there
+    /// is none here). Exit 0 only with a verified file.
+    Fetch(cmd::fetch::FetchArgs),
     /// The disk before the emergency (free space, growth, hours to full, prune), clean logs
     /// (ANSI, tqdm redraws), flapping checks, regressions against a baseline run.
     Hygiene(cmd::hygiene::HygieneArgs),

@@ -52,6 +52,7 @@ pub const ROLES: &[(&str, Role)] = &[
     ("critic", Role::Judge),
     ("watch", Role::Actor),
     ("publish", Role::Actor),
+    ("fetch", Role::Actor),
     ("hygiene", Role::Judge),
     ("hygiene disk", Role::Judge),
     ("hygiene clean", Role::Actor),

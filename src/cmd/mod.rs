@@ -5,6 +5,7 @@ pub mod check;
 pub mod completions;
 pub mod critic;
 pub mod critic_run;
+pub mod fetch;
 pub mod hygiene;
 pub mod init;
 pub mod ledger;
@@ -29,6 +30,7 @@ pub fn dispatch(global: &Global, command: Command) -> Result<u8> {
         Command::Completions(a) => completions::run(a),
         Command::Critic(a) => critic::run(global, a),
         Command::Publish(a) => publish::run(global, a),
+        Command::Fetch(a) => fetch::run(global, a),
         Command::Hygiene(a) => hygiene::run(global, a),
         Command::Quarantine(a) => quarantine::run(global, a),
         Command::Probe(a) => probe::run(global, a),

@@ -45,7 +45,7 @@ pub struct PublishArgs {
     /// Checkpoint file or directory (HF `checkpoint-N/`, torch DCP) to publish. With
     /// --verify: the published checkpoint to check, or a destination directory (default:
     /// what latest.json points to).
-    #[arg(value_name = "PATH", required_unless_present_any = ["verify", "wait", "drain"])]
+    #[arg(value_name = "PATH", required_unless_present_any = ["verify", "wait", "drain", "upload_drain"])]
     pub src: Option<PathBuf>,
     /// Destination directory (default: the config's [run] checkpoint_dir; required without a
     /// config).
@@ -86,6 +86,14 @@ pub struct PublishArgs {
     /// Internal: the background publisher of --to DIR (started by --detach).
     #[arg(long, hide = true, requires = "to", conflicts_with_all = ["verify", "wait", "detach"])]
     pub drain: bool,
+    /// Also send the checkpoint to this bucket (s3://bucket/prefix/; default: [publish]
+    /// remote), verified there by a background uploader; credentials from the environment
+    /// or ~/.aws (never the config).
+    #[arg(long, value_name = "URL")]
+    pub remote: Option<String>,
+    /// Internal: the uploader of --to DIR (started after a publish with a remote).
+    #[arg(long, hide = true, requires = "to", conflicts_with_all = ["verify", "wait", "detach", "drain"])]
+    pub upload_drain: bool,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -106,6 +114,7 @@ struct Target {
     rollback_margin: u64,
     config: Option<PathBuf>,
     detach: bool,
+    remote: Option<crate::remote::Remote>,
 }
 
 fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
@@ -136,6 +145,10 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
             rollback_margin: c.watch.rollback_margin_steps,
             config: Some(c.path.clone()),
             detach: c.publish.detach,
+            remote: crate::remote::Remote::from(
+                args.remote.as_deref().or(c.publish.remote.as_deref()),
+                &c.remote,
+            )?,
         },
         None => {
             // `--verify PATH` names the directory itself: PATH's own, whose ledger holds
@@ -166,6 +179,10 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
                 rollback_margin: 0,
                 config: None,
                 detach: false,
+                remote: crate::remote::Remote::from(
+                    args.remote.as_deref(),
+                    &crate::remote::RemoteConfig::default(),
+                )?,
             }
         }
     };
@@ -208,6 +225,22 @@ pub fn run(global: &Global, mut args: PublishArgs) -> Result<u8> {
         let dest = args.to.clone().expect("clap requires --to with --drain");
         return super::publish_queue::drain(&dest, args.json);
     }
+    if args.upload_drain {
+        let dest = args
+            .to
+            .clone()
+            .expect("clap requires --to with --upload-drain");
+        let d = crate::remote::queue::drain(&dest, &|r| crate::remote::store::open(r))?;
+        eprintln!(
+            "roger: uploader done: {} verified, {} left queued",
+            d.verified, d.left
+        );
+        return Ok(if d.left == 0 {
+            exit::DONE
+        } else {
+            exit::NOT_DONE
+        });
+    }
     let t = resolve(global, &args)?;
     if args.verify {
         return verify(&t, args.src.as_deref(), args.json);
@@ -232,6 +265,7 @@ pub fn run(global: &Global, mut args: PublishArgs) -> Result<u8> {
         rollback_margin: t.rollback_margin,
         config: t.config,
         queue: None,
+        remote: t.remote,
     };
     if detach {
         return super::publish_queue::queue_it(&req, args.json);
@@ -290,6 +324,9 @@ fn print_human(o: &Outcome) {
         o.ledger_seq,
         o.ledger.display()
     );
+    if let Some(u) = &o.remote_queued {
+        outln!("  queued for {u} (uploaded and verified in the background; publish --wait waits)");
+    }
     if o.dir_fsync != "ok" {
         outln!("  warning: {}", o.dir_fsync);
     }

@@ -79,6 +79,7 @@ pub(super) fn wait(
         }
         return Ok(exit::DONE);
     };
+    let t0 = std::time::Instant::now();
     let ledger = Ledger::new(ledger);
     let waited = publish::publisher::wait(
         &dest,
@@ -127,6 +128,17 @@ pub(super) fn wait(
             outln!("{line}");
         }
     }
+    let uploads = wait_uploads(&dest, &ledger, timeout.map(|t| t0 + t))?;
+    for u in &uploads {
+        eprintln!("roger: {u}");
+    }
+    if failed == 0 && !uploads.is_empty() {
+        bail!(
+            "{} checkpoint(s) in {} are not verified in the bucket (see above and the ledger)",
+            uploads.len(),
+            dest.display()
+        );
+    }
     if failed > 0 {
         bail!(
             "{failed} of {} queued publish(es) in {} {}",
@@ -140,6 +152,63 @@ pub(super) fn wait(
         );
     }
     Ok(exit::DONE)
+}
+
+/// `--wait` for the bucket too: until every upload job in `dest` is verified. Returns a line
+/// for each job left (the uploader stopped on a cause it cannot retry past, or time ran out).
+fn wait_uploads(
+    dest: &Path,
+    ledger: &Ledger,
+    deadline: Option<std::time::Instant>,
+) -> Result<Vec<String>> {
+    use crate::remote::queue;
+    let mut restarted = false;
+    loop {
+        let jobs = queue::pending(dest)?;
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let timed_out = deadline.is_some_and(|d| std::time::Instant::now() >= d);
+        if !queue::running(dest) {
+            // Give a stopped uploader one more start (it may have stopped for a network
+            // outage since mended); when it stops again, report why.
+            if restarted || publish::publisher::roger_exe().is_none() || timed_out {
+                let recs = ledger.records().unwrap_or_default();
+                return Ok(jobs
+                    .iter()
+                    .map(|j| {
+                        let why = recs
+                            .iter()
+                            .rev()
+                            .find(|r| {
+                                r.kind == Kind::Remote
+                                    && r.str_field("upload_id") == Some(j.id.as_str())
+                                    && r.str_field("event") == Some("failed")
+                            })
+                            .and_then(|r| r.str_field("error"))
+                            .unwrap_or("the uploader is not running");
+                        format!("not in the bucket yet: {} ({why})", j.path.display())
+                    })
+                    .collect());
+            }
+            queue::resume(dest);
+            restarted = true;
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            continue;
+        }
+        if timed_out {
+            return Ok(jobs
+                .iter()
+                .map(|j| {
+                    format!(
+                        "still uploading when --timeout passed: {}",
+                        j.path.display()
+                    )
+                })
+                .collect());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 /// The hidden `--drain`: this process is the destination's background publisher.

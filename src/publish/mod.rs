@@ -68,6 +68,10 @@ pub struct Request {
     /// queued, and the records carry the queue id.
     #[serde(default)]
     pub queue: Option<queue::Ticket>,
+    /// The bucket the checkpoint also goes to (queued for the uploader once it is published
+    /// here); retention then never prunes a local copy whose bucket copy is not verified.
+    #[serde(default)]
+    pub remote: Option<crate::remote::Remote>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -129,6 +133,8 @@ pub struct Outcome {
     pub ledger_seq: u64,
     /// Where the time went (wall clock, milliseconds).
     pub timings_ms: Timings,
+    /// The bucket object this checkpoint is queued to become (the uploader sends it).
+    pub remote_queued: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -345,6 +351,31 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     place::remove_stale_prev(&dest, &name);
     recover::clear_intent(&dest);
     timings.commit += ms(t);
+    // Local first, then the bucket: queued durably (with its record) for the uploader.
+    let remote_queued = match &req.remote {
+        Some(r) => {
+            crate::remote::queue::enqueue(
+                &dest,
+                r,
+                &ledger,
+                &req.run,
+                &target,
+                &sha256,
+                size,
+                step,
+                req.rollback_margin,
+            )
+            .with_context(|| {
+                format!(
+                    "{} is published and recorded, but queueing it for {} failed",
+                    target.display(),
+                    r.target.url()
+                )
+            })?;
+            Some(r.target.object_url(&r.target.checkpoint_key(&name)))
+        }
+        None => None,
+    };
 
     // Still under the publish lock.
     let (pruned, kept) = match &req.retention {
@@ -359,6 +390,9 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         }
         None => Default::default(),
     };
+    if req.remote.is_some() {
+        crate::remote::queue::resume(&dest);
+    }
     timings.total = ms(started);
     Ok(Outcome {
         path: target,
@@ -383,6 +417,7 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         ledger: req.ledger.clone(),
         ledger_seq: rec.seq,
         timings_ms: timings,
+        remote_queued,
     })
 }
 

@@ -389,6 +389,7 @@ pub fn enqueue<R>(
             quarantine_dir: std::path::absolute(&req.quarantine_dir)?,
             config: req.config.as_deref().map(std::path::absolute).transpose()?,
             queue: Some(ticket),
+            remote: None,
             ..req.clone()
         },
     };
@@ -430,6 +431,7 @@ pub(crate) mod tests {
                 rollback_margin: 0,
                 config: None,
                 queue: None,
+                remote: None,
             },
         }
     }

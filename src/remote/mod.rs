@@ -113,7 +113,7 @@ impl VerifyMode {
 }
 
 /// `s3://bucket/prefix/`, parsed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Target {
     pub bucket: String,
     /// Without leading or trailing slashes; may be empty.
@@ -177,7 +177,7 @@ impl Target {
 }
 
 /// A remote in effect: where, and how.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Remote {
     pub target: Target,
     pub cfg: RemoteConfig,

@@ -17,6 +17,7 @@ mod preempt;
 pub mod ranklogs;
 mod ranks;
 mod relaunch;
+mod remote;
 pub mod resume;
 pub mod signals;
 pub mod single;
@@ -63,6 +64,8 @@ pub(crate) enum Flow {
 
 pub(crate) struct Watcher<'a> {
     pub cfg: &'a Config,
+    /// `[publish] remote`: where a relaunch finds a checkpoint when this disk has none.
+    pub bucket: Option<remote::Bucket>,
     pub opts: &'a Options,
     pub ledger: Ledger,
     pub run_name: String,
@@ -130,6 +133,14 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         );
         crate::publish::publisher::resume(&dir);
     }
+    // A fresh machine (new VM, pod, node) with a bucket: its ledger comes back first.
+    let bucket = (!opts.dry_run).then(|| remote::Bucket::open(cfg)).flatten();
+    let carried = bucket
+        .as_ref()
+        .and_then(|b| b.rebuild(&ledger, &cfg.run.name));
+    if let (Some(_), Ok(dir)) = (&bucket, cfg.checkpoint_dir()) {
+        crate::remote::queue::resume(&dir);
+    }
     let records = ledger.records()?;
     let run_name = cfg.run.name.clone();
     let w = &cfg.watch;
@@ -157,10 +168,16 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
     }
     let save_now = armed.as_ref().map(|a| a.save_now.clone());
     child::become_subreaper();
-    let slurm_restarts = std::env::var("SLURM_RESTART_COUNT")
+    let slurm_restarts: u32 = std::env::var("SLURM_RESTART_COUNT")
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
+    // The relaunches before the machine was lost count here too, and so does the loss itself
+    // (a restart, as a SLURM requeue is).
+    let slurm_restarts = match carried {
+        Some(n) => slurm_restarts.max(n as u32 + 1),
+        None => slurm_restarts,
+    };
     let mut log = logtail::LogTail::new(cfg)?;
     let mut first_launched_at = None;
     let mut adopted = false;
@@ -181,12 +198,15 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
             l.pid
         ),
         (Mode::Supervise(argv), None) => {
-            let first = resume::choose(
+            let mut first = resume::choose(
                 &records,
                 &run_name,
                 None,
                 &mut crate::checkpoints::verify_on_disk,
             );
+            if let (Some(b), Ok(dir)) = (&bucket, cfg.checkpoint_dir()) {
+                b.fill(&mut first, &ledger, &run_name, &std::path::absolute(&dir)?, None);
+            }
             let r = resume::Resume {
                 ckpt: first.chosen,
                 diverged_at: None,
@@ -212,6 +232,7 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
     let notify = crate::notify::daemon::Notifier::from_config(cfg, SOURCE, chrono::Utc::now());
     let mut me = Watcher {
         cfg,
+        bucket,
         opts,
         run_name,
         fs,
@@ -257,7 +278,15 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         // What the rank logs hold already is not this launch's.
         me.ranks.launched();
     }
-    me.start()
+    let code = me.start();
+    // The records of this watch reach the bucket before it exits (bounded: the exit code
+    // matters more than the mirror, which the next upload catches up).
+    remote::mirror(
+        cfg,
+        &Ledger::new(cfg.ledger_path()),
+        std::time::Duration::from_secs(15),
+    );
+    code
 }
 
 /// The relaunched (or first) command's environment: resume variables, and ROGER_CONFIG so

@@ -54,12 +54,21 @@ impl Watcher<'_> {
         let w = &self.cfg.watch;
         let records = self.ledger.records()?;
         let before = diverged_at.map(|d| d.saturating_sub(w.rollback_margin_steps));
-        let choice = resume::choose(
+        let mut choice = resume::choose(
             &records,
             &self.run_name,
             before,
             &mut crate::checkpoints::verify_on_disk,
         );
+        if let (Some(b), Ok(dir)) = (&self.bucket, self.cfg.checkpoint_dir()) {
+            b.fill(
+                &mut choice,
+                &self.ledger,
+                &self.run_name,
+                &std::path::absolute(&dir)?,
+                before,
+            );
+        }
         let skipped = serde_json::to_value(&choice.skipped)?;
         if choice.chosen.is_none() && !w.allow_from_scratch {
             let evidence = format!(
@@ -143,6 +152,9 @@ impl Watcher<'_> {
         let launched_at = super::unix_now();
         self.run = child::spawn(&argv, &env, &self.fs)?;
         self.relaunches += 1;
+        if self.bucket.is_some() {
+            super::remote::mirror(self.cfg, &self.ledger, std::time::Duration::from_secs(5));
+        }
         self.resumed.push(next_step);
         self.recorded_episode = false;
         let now = self.now();

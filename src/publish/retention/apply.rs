@@ -35,7 +35,23 @@ pub fn after_publish(
             crate::checkpoints::verify_on_disk(c)
         }
     };
-    let plan = super::plan(&records, &req.run, dir, policy, &guard, &mut verifies);
+    let mut plan = super::plan(&records, &req.run, dir, policy, &guard, &mut verifies);
+    if let Some(r) = &req.remote {
+        // A local copy goes only once its bucket copy is verified.
+        let copies = crate::remote::records::verified(&records, &req.run);
+        let (keep, go): (Vec<_>, Vec<_>) = plan
+            .candidates
+            .into_iter()
+            .partition(|c| crate::remote::records::copy_of(&copies, &c.checkpoint).is_none());
+        plan.candidates = go;
+        plan.spared.extend(keep.into_iter().map(|c| super::Protected {
+            path: c.checkpoint.path,
+            why: format!(
+                "its copy in {} is not verified yet (retention prunes a local checkpoint only after its bucket copy is)",
+                r.target.url()
+            ),
+        }));
+    }
     for k in &plan.spared {
         tracing::info!("retention keeps {}: {}", k.path.display(), k.why);
     }
