@@ -121,7 +121,7 @@ impl Run {
         let mut roots = vec![self.main.pid];
         if !self.attached() {
             for pid in fs.children(std::process::id())? {
-                if pid != self.main.pid {
+                if pid != self.main.pid && !roger_helper(pid) {
                     roots.push(pid);
                 }
             }
@@ -232,6 +232,25 @@ impl Run {
         }
         v
     }
+}
+
+/// roger's own background helpers (the publisher and the uploader: `roger publish --drain` /
+/// `--upload-drain`, each in its own session) end up children of the watch, which is a
+/// subreaper, or are started by it; they are not the run, and stopping the run must not stop
+/// an upload halfway.
+fn roger_helper(pid: u32) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let own = std::env::current_exe().ok();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    exe.is_some()
+        && exe == own
+        && args.iter().any(|a| *a == b"publish")
+        && args
+            .iter()
+            .any(|a| *a == b"--drain" || *a == b"--upload-drain")
 }
 
 /// Still the same process, and not a zombie.
