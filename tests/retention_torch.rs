@@ -178,6 +178,23 @@ fn a_torch_run_that_explodes_on_poisoned_data_rolls_back_under_keep_last_3() {
         .u64_field("ckpt_step")
         .unwrap_or_else(|| panic!("the rollback resumed from no checkpoint\n{story}"));
     assert!(ckpt_step < POISON_FROM, "resumed from {ckpt_step}\n{story}");
+    let last_pass = recs
+        .iter()
+        .rfind(|r| {
+            r.kind == Kind::Verdict && r.str_field("status") == Some("pass") && r.seq < fail.seq
+        })
+        .unwrap_or_else(|| panic!("no pass before the fail\n{story}"));
+    // What the last pass vouched for is what the rollback found (the clause kept it).
+    assert!(
+        ckpt_step <= last_pass.step.unwrap(),
+        "resumed from {ckpt_step}, after the last pass (#{} at step {:?})\n{story}",
+        last_pass.seq,
+        last_pass.step
+    );
+    eprintln!(
+        "critic: last pass #{} at step {:?}, fail #{} at step {:?}; rolled back to step {ckpt_step}",
+        last_pass.seq, last_pass.step, fail.seq, fail.step
+    );
     assert!(
         !recs.iter().any(|r| r.kind == Kind::Breaker),
         "a breaker opened\n{story}"
