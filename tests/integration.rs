@@ -28,6 +28,7 @@ mod read_less;
 mod real_configs;
 mod real_logs;
 mod report;
+mod retention_torch;
 mod slurm;
 mod status;
 mod tensorboard;

@@ -1,7 +1,7 @@
 //! `hygiene disk --prune`: free space by applying retention — the one rule,
 //! `publish::retention::plan`, that publish applies too (it never removes latest.json's
-//! target, the last good checkpoint, the newest checkpoint before a standing critic fail, or
-//! anything quarantined) — taking its candidates oldest first only until the free-space goal is
+//! target, the last good checkpoint, the newest checkpoint before a standing critic fail, the
+//! newest one the critic's last pass vouched for, or anything quarantined) — taking its candidates oldest first only until the free-space goal is
 //! met. The caller holds the destination's publish lock. Each removal is a `prune` ledger
 //! record written before the bytes go.
 

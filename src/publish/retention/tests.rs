@@ -27,6 +27,15 @@ fn verdict(step: Option<u64>, status: &str, diverged_at: Option<u64>) -> Entry {
         .field("checks", vec![check])
 }
 
+/// A `pass` at `step` whose observation records an out-of-band stretch since `since` that
+/// the median of the newest losses still hides (what the real critic files: see `vouched`).
+fn pass_hiding(step: u64, since: u64) -> Entry {
+    verdict(Some(step), "pass", None).field(
+        "observation",
+        serde_json::json!({"onsets": {"out_of_band": {"since": since, "samples": step - since + 1}}}),
+    )
+}
+
 struct Case {
     name: &'static str,
     ledger: Vec<Entry>,
@@ -46,6 +55,7 @@ fn the_shared_rule() {
     let fail = |s: u64| verdict(Some(s), "fail", None);
     let fail_since = |s: u64, d: u64| verdict(Some(s), "fail", Some(d));
     let pass = |s: u64| verdict(Some(s), "pass", None);
+    let warn = |s: u64| verdict(Some(s), "warn", None);
     let quarantine = |n: &str| {
         Entry::new(Kind::Quarantine, "quarantine", "r").field("original_path", format!("/ck/{n}"))
     };
@@ -101,13 +111,23 @@ fn the_shared_rule() {
         },
         Case {
             name: "a cleared fail protects nothing more",
-            ledger: vec![ckpt(100), fail(150), pass(160), ckpt(200), ckpt(300)],
+            ledger: vec![
+                ckpt(100),
+                fail(150),
+                pass(160),
+                ckpt(200),
+                pass(250),
+                ckpt(300),
+            ],
             keep_last: 1,
             latest: "ckpt-300",
             margin: 0,
             corrupt: &[],
-            prune: &["ckpt-100", "ckpt-200"],
-            kept: &[("ckpt-300", "the last good")],
+            prune: &["ckpt-100"],
+            kept: &[
+                ("ckpt-300", "the last good"),
+                ("ckpt-200", "the newest checkpoint at or before step 250"),
+            ],
         },
         Case {
             name: "item 6: a stepless checkpoint after a fail is not the last good",
@@ -155,6 +175,198 @@ fn the_shared_rule() {
                 ("ckpt-300", "the last good"),
                 ("ckpt-200", "quarantined"),
             ],
+        },
+        Case {
+            name: "issue 28 item 7: the newest checkpoint at or before the last pass",
+            ledger: vec![
+                ckpt(130),
+                ckpt(140),
+                pass(145),
+                ckpt(150),
+                ckpt(160),
+                ckpt(170),
+            ],
+            keep_last: 3,
+            latest: "ckpt-170",
+            margin: 0,
+            corrupt: &[],
+            prune: &["ckpt-130"],
+            kept: &[(
+                "ckpt-140",
+                "the newest checkpoint at or before step 145, the last the critic vouched for (pass verdict #3)",
+            )],
+        },
+        Case {
+            name: "issue 28 item 7: a pass at a checkpoint's step vouches for that checkpoint",
+            ledger: vec![ckpt(130), ckpt(140), pass(140), ckpt(150), ckpt(160)],
+            keep_last: 1,
+            latest: "ckpt-160",
+            margin: 0,
+            corrupt: &[],
+            prune: &["ckpt-130", "ckpt-150"],
+            kept: &[("ckpt-140", "the newest checkpoint at or before step 140")],
+        },
+        Case {
+            name: "issue 28 item 7: a fail after the pass does not remove it",
+            ledger: vec![
+                ckpt(120),
+                ckpt(130),
+                pass(135),
+                ckpt(140),
+                ckpt(150),
+                ckpt(160),
+                fail_since(170, 150),
+                ckpt(170),
+            ],
+            keep_last: 2,
+            latest: "ckpt-170",
+            margin: 0,
+            corrupt: &[],
+            prune: &["ckpt-120", "ckpt-150"],
+            kept: &[
+                ("ckpt-130", "the newest checkpoint at or before step 135"),
+                ("ckpt-140", "the newest checkpoint before step 150"),
+                ("ckpt-140", "the last good"),
+            ],
+        },
+        Case {
+            name: "issue 28 item 7: a newer pass moves the protection",
+            ledger: vec![
+                ckpt(100),
+                pass(105),
+                ckpt(110),
+                ckpt(120),
+                pass(125),
+                ckpt(130),
+                ckpt(140),
+            ],
+            keep_last: 1,
+            latest: "ckpt-140",
+            margin: 0,
+            corrupt: &[],
+            prune: &["ckpt-100", "ckpt-110", "ckpt-130"],
+            kept: &[(
+                "ckpt-120",
+                "the newest checkpoint at or before step 125, the last the critic vouched for (pass verdict #5)",
+            )],
+        },
+        Case {
+            name: "issue 28 item 7: a warn neither vouches nor moves the protection",
+            ledger: vec![ckpt(100), pass(105), ckpt(110), warn(115), ckpt(120)],
+            keep_last: 1,
+            latest: "ckpt-120",
+            margin: 0,
+            corrupt: &[],
+            prune: &["ckpt-110"],
+            kept: &[("ckpt-100", "the newest checkpoint at or before step 105")],
+        },
+        Case {
+            name: "issue 28 item 7: a pass whose median hid the first bad losses vouches before them",
+            ledger: vec![
+                ckpt(140),
+                ckpt(150),
+                pass_hiding(151, 150),
+                ckpt(160),
+                ckpt(170),
+            ],
+            keep_last: 1,
+            latest: "ckpt-170",
+            margin: 0,
+            corrupt: &[],
+            prune: &["ckpt-150", "ckpt-160"],
+            kept: &[(
+                "ckpt-140",
+                "the newest checkpoint before step 150: the critic's last pass (verdict #3, step 151) saw the loss turn bad from step 150 on",
+            )],
+        },
+        Case {
+            name: "issue 28 item 7: a stepless checkpoint is never the vouched one (a rollback passes it over)",
+            ledger: vec![
+                ckpt(100),
+                publish("last.ckpt", None),
+                pass(150),
+                ckpt(200),
+            ],
+            keep_last: 1,
+            latest: "ckpt-200",
+            margin: 0,
+            corrupt: &[],
+            prune: &["last.ckpt"],
+            kept: &[("ckpt-100", "the newest checkpoint at or before step 150")],
+        },
+        Case {
+            name: "issue 28 item 7: a pass without a step vouches by publish order",
+            ledger: vec![ckpt(100), ckpt(200), verdict(None, "pass", None), ckpt(300)],
+            keep_last: 1,
+            latest: "ckpt-300",
+            margin: 0,
+            corrupt: &[],
+            prune: &["ckpt-100"],
+            kept: &[(
+                "ckpt-200",
+                "the newest checkpoint published before the critic's last pass (verdict #3, no step)",
+            )],
+        },
+        Case {
+            name: "issue 28 item 7: the vouched one quarantined: the newest usable before it",
+            ledger: vec![
+                ckpt(100),
+                ckpt(140),
+                pass(145),
+                ckpt(150),
+                quarantine("ckpt-140"),
+            ],
+            keep_last: 1,
+            latest: "ckpt-150",
+            margin: 0,
+            corrupt: &[],
+            prune: &[],
+            kept: &[
+                ("ckpt-100", "the newest checkpoint at or before step 145"),
+                ("ckpt-140", "quarantined"),
+            ],
+        },
+        Case {
+            name: "issue 28 item 7: a pass after a rollback vouches for no tainted checkpoint",
+            ledger: vec![
+                ckpt(130),
+                ckpt(140),
+                pass(145),
+                ckpt(150),
+                ckpt(160),
+                fail_since(200, 150),
+                pass(165),
+            ],
+            keep_last: 1,
+            latest: "ckpt-160",
+            margin: 0,
+            corrupt: &[],
+            prune: &["ckpt-130", "ckpt-150"],
+            kept: &[(
+                "ckpt-140",
+                "the newest checkpoint at or before step 165, the last the critic vouched for (pass verdict #7)",
+            )],
+        },
+        Case {
+            name: "issue 28 item 7: after a rollback the new pass vouches for the new timeline",
+            ledger: vec![
+                ckpt(130),
+                ckpt(140),
+                pass(145),
+                ckpt(150),
+                ckpt(160),
+                fail_since(200, 150),
+                pass(165),
+                publish("ckpt-150", Some(150)),
+                publish("ckpt-160", Some(160)),
+                ckpt(170),
+            ],
+            keep_last: 1,
+            latest: "ckpt-170",
+            margin: 0,
+            corrupt: &[],
+            prune: &["ckpt-130", "ckpt-140", "ckpt-150"],
+            kept: &[("ckpt-160", "the newest checkpoint at or before step 165")],
         },
     ];
     for case in cases {
@@ -204,6 +416,67 @@ fn the_shared_rule() {
             );
         }
     }
+}
+
+/// No pass of this run, no vouch: no critic, or one that only failed, warned or knew nothing,
+/// or passed another run.
+#[test]
+fn only_a_pass_of_the_run_vouches() {
+    let none: Vec<Vec<Entry>> = vec![
+        vec![ckpt(100), ckpt(200)],
+        vec![
+            ckpt(100),
+            verdict(Some(150), "warn", None),
+            verdict(None, "unknown", None),
+            verdict(Some(160), "fail", Some(150)),
+        ],
+        vec![
+            ckpt(100),
+            Entry::new(Kind::Verdict, "critic", "other")
+                .step(Some(150))
+                .field("status", "pass"),
+        ],
+    ];
+    for ledger in none {
+        let records = crate::ledger::test_records(ledger);
+        assert_eq!(vouched(&records, "r"), None);
+        let p = plan(
+            &records,
+            "r",
+            Path::new("/ck"),
+            &policy(0, 0),
+            &Guard::default(),
+            &mut |_| Ok(()),
+        );
+        assert!(
+            !p.protected
+                .iter()
+                .any(|k| k.why.contains("critic's last pass") || k.why.contains("critic vouched")),
+            "{:#?}",
+            p.protected
+        );
+    }
+    // The newest pass counts, a fail after it does not undo it, a hidden stretch bounds it.
+    let records = crate::ledger::test_records(vec![
+        verdict(Some(100), "pass", None),
+        pass_hiding(151, 150),
+        verdict(Some(160), "fail", Some(150)),
+    ]);
+    assert_eq!(
+        vouched(&records, "r"),
+        Some(Vouch {
+            seq: 2,
+            step: Some(151),
+            bad_since: Some(150),
+            before: Some(150),
+        })
+    );
+    // Garbage in the observation is no stretch.
+    let records = crate::ledger::test_records(vec![verdict(Some(90), "pass", None).field(
+        "observation",
+        serde_json::json!({"onsets": {"out_of_band": {"since": "soon"}, "zero": 7}}),
+    )]);
+    assert_eq!(vouched(&records, "r").and_then(|v| v.before), Some(91));
 }
 
 #[test]
