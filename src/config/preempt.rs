@@ -48,6 +48,10 @@ pub struct PreemptConfig {
     /// wrapper to map; "auto": scontrol when inside a job and on PATH, else the exit code.
     pub requeue: Requeue,
     pub requeue_exit_code: u8,
+    /// With `[publish] remote`: the hand-off's save counts only once its bucket copy is
+    /// verified (the local disk may not survive the preemption: a spot VM's NVMe, a pod's
+    /// emptyDir). false: a verified local publish is enough.
+    pub require_remote: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -93,6 +97,7 @@ impl Default for PreemptConfig {
             margin: Dur::secs(10),
             requeue: Requeue::Auto,
             requeue_exit_code: DEFAULT_REQUEUE_EXIT_CODE,
+            require_remote: true,
         }
     }
 }

@@ -42,8 +42,16 @@ pub fn p95(v: &mut [f64]) -> f64 {
     v[rank - 1]
 }
 
-/// None when the run has no publish record with a duration yet.
-pub fn check(records: &[Record], run: &str, window: (f64, &str), margin_s: f64) -> Option<Fit> {
+/// None when the run has no publish record with a duration yet. `remote`: the run's
+/// checkpoints also go to a bucket, and the hand-off waits for the verified copy there, so
+/// the p95 of recorded uploads (upload + verify) is added.
+pub fn check(
+    records: &[Record],
+    run: &str,
+    window: (f64, &str),
+    margin_s: f64,
+    remote: bool,
+) -> Option<Fit> {
     let costs: Vec<(f64, bool)> = records
         .iter()
         .rev()
@@ -56,14 +64,22 @@ pub fn check(records: &[Record], run: &str, window: (f64, &str), margin_s: f64) 
     }
     let with_save_time = costs.iter().filter(|c| c.1).count();
     let mut v: Vec<f64> = costs.iter().map(|c| c.0).collect();
-    let p = p95(&mut v);
+    let upload = remote
+        .then(|| crate::remote::records::upload_p95(records, run))
+        .flatten();
+    let p = p95(&mut v) + upload.unwrap_or(0.0);
     let (window_s, of) = window;
     let budget = window_s - margin_s;
     let fits = p <= budget;
-    let what = if with_save_time > 0 {
-        "save plus publish"
-    } else {
-        "publish (the training logs no save_s)"
+    let what = match (with_save_time > 0, upload) {
+        (true, None) => "save plus publish".to_string(),
+        (false, None) => "publish (the training logs no save_s)".to_string(),
+        (true, Some(u)) => {
+            format!("save plus publish, plus {u:.1} s p95 of the uploads to the bucket")
+        }
+        (false, Some(u)) => format!(
+            "publish (the training logs no save_s), plus {u:.1} s p95 of the uploads to the bucket"
+        ),
     };
     let text = if fits {
         format!(
@@ -117,7 +133,7 @@ mod tests {
             publish("other", 500.0, None),
             Entry::new(Kind::Watch, "watch", "r"),
         ]);
-        let f = check(&recs, "r", (120.0, "the SLURM notice"), 10.0).unwrap();
+        let f = check(&recs, "r", (120.0, "the SLURM notice"), 10.0, false).unwrap();
         assert!(!f.fits);
         assert_eq!((f.p95_s, f.samples, f.with_save_time), (150.0, 2, 2));
         assert!(
@@ -125,13 +141,37 @@ mod tests {
             "{}",
             f.text
         );
-        let f = check(&recs, "r", (300.0, "x"), 10.0).unwrap();
+        let f = check(&recs, "r", (300.0, "x"), 10.0, false).unwrap();
         assert!(f.fits, "{}", f.text);
+    }
+
+    #[test]
+    fn with_a_bucket_the_upload_counts_too() {
+        let up = |s: f64| {
+            Entry::new(Kind::Remote, "remote", "r")
+                .field("event", "verified")
+                .field("seconds", s)
+        };
+        let recs = test_records(vec![publish("r", 5.0, Some(40.0)), up(30.0), up(70.0)]);
+        let f = check(&recs, "r", (120.0, "the notice"), 10.0, true).unwrap();
+        assert_eq!(f.p95_s, 115.0);
+        assert!(!f.fits);
+        assert!(
+            f.text.contains("plus 70.0 s p95 of the uploads"),
+            "{}",
+            f.text
+        );
+        // Without a bucket the same records fit.
+        assert!(
+            check(&recs, "r", (120.0, "the notice"), 10.0, false)
+                .unwrap()
+                .fits
+        );
     }
 
     #[test]
     fn no_publish_yet_is_no_verdict() {
         let recs = test_records(vec![Entry::new(Kind::Watch, "watch", "r")]);
-        assert!(check(&recs, "r", (120.0, "x"), 10.0).is_none());
+        assert!(check(&recs, "r", (120.0, "x"), 10.0, false).is_none());
     }
 }

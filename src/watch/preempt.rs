@@ -141,7 +141,7 @@ impl Watcher<'_> {
             let new = a.fit_feed.new_records()?;
             if !new
                 .iter()
-                .any(|r| r.kind == Kind::Publish && r.run == self.run_name)
+                .any(|r| matches!(r.kind, Kind::Publish | Kind::Remote) && r.run == self.run_name)
             {
                 return Ok(());
             }
@@ -155,7 +155,8 @@ impl Watcher<'_> {
         };
         let margin = a.cfg.margin.as_secs_f64();
         let records = self.ledger.records()?;
-        let Some(f) = fit::check(&records, &self.run_name, window, margin) else {
+        let remote = self.bucket.is_some();
+        let Some(f) = fit::check(&records, &self.run_name, window, margin, remote) else {
             return Ok(());
         };
         let changed = a.last_fit != Some(f.fits);
@@ -289,6 +290,8 @@ impl Watcher<'_> {
         margin: f64,
     ) -> Result<Result<Option<handoff::Published>, u8>> {
         let mut seen_len = 0u64;
+        let need_remote =
+            self.bucket.is_some() && self.preempt.as_ref().is_some_and(|a| a.cfg.require_remote);
         let mut newest: Option<handoff::Published> = None;
         let mut previous: Option<handoff::Published> = None;
         loop {
@@ -297,15 +300,28 @@ impl Watcher<'_> {
                 seen_len = len;
                 let records = self.ledger.records()?;
                 let fresh = records.iter().any(|r| {
-                    r.kind == Kind::Publish && r.run == self.run_name && r.seq > notice_seq
+                    matches!(r.kind, Kind::Publish | Kind::Remote)
+                        && r.run == self.run_name
+                        && r.seq > notice_seq
                 });
+                // With a bucket (and require_remote), a save counts once its copy there is
+                // verified: the local disk may go with the machine.
+                let copies =
+                    need_remote.then(|| crate::remote::records::verified(&records, &self.run_name));
                 // Re-hash only when a candidate landed (or once, for the previous one).
                 if fresh || previous.is_none() {
                     let c = crate::checkpoints::last_good(
                         &records,
                         &self.run_name,
                         None,
-                        &mut crate::checkpoints::verify_on_disk,
+                        &mut |c: &crate::checkpoints::Checkpoint| {
+                            if let Some(copies) = &copies {
+                                if crate::remote::records::copy_of(copies, c).is_none() {
+                                    return Err("its bucket copy is not verified (yet)".into());
+                                }
+                            }
+                            crate::checkpoints::verify_on_disk(c)
+                        },
                     );
                     newest = c.chosen.map(|c| handoff::Published {
                         seq: c.seq,
@@ -348,6 +364,7 @@ impl Watcher<'_> {
                             ("ckpt_step", json!(p.step)),
                             ("after_notice_s", ms(took).into()),
                             ("manifest_updated", manifest.into()),
+                            ("bucket_verified", need_remote.into()),
                             ("before_deadline_s", ms(n.deadline - now).into()),
                         ],
                     )?;
