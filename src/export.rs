@@ -31,6 +31,14 @@ pub struct Facts {
     pub stale_limit_s: Option<f64>,
     /// (role, path) -> hours to full, from the newest disk check.
     pub disk_hours: BTreeMap<(String, String), f64>,
+    /// The bucket: the newest verified step and when (unix seconds), uploads queued and not
+    /// yet verified (id -> bytes), failed upload attempts and the newest one's time.
+    pub remote_step: Option<u64>,
+    pub remote_verified_at: Option<f64>,
+    pub remote_open: BTreeMap<String, u64>,
+    pub remote_errors: u64,
+    pub remote_error_at: Option<f64>,
+    pub remote_seen: bool,
 }
 
 impl Facts {
@@ -54,6 +62,7 @@ impl Facts {
                 self.stale_limit_s = r.get("limit_s").and_then(Value::as_f64);
             }
             Kind::Verdict => self.verdict(r),
+            Kind::Remote => self.remote(r),
             Kind::Hygiene if r.str_field("check") == Some("disk") => {
                 if let Some(t) = r.get("targets") {
                     self.disk(t);
@@ -87,6 +96,33 @@ impl Facts {
             .and_then(Value::as_array)
             .and_then(|w| w.last())
             .and_then(|s| s.get("values")?.get("tokens_per_s")?.as_f64());
+    }
+
+    fn remote(&mut self, r: &Record) {
+        self.remote_seen = true;
+        let id = r.str_field("upload_id").unwrap_or_default().to_string();
+        let at = r.ts.timestamp_millis() as f64 / 1000.0;
+        match r.str_field("event") {
+            Some("queued") => {
+                self.remote_open
+                    .insert(id, r.u64_field("size").unwrap_or(0));
+            }
+            Some("verified") => {
+                self.remote_open.remove(&id);
+                if r.step >= self.remote_step || r.step.is_none() {
+                    self.remote_step = r.step.or(self.remote_step);
+                    self.remote_verified_at = Some(at);
+                }
+            }
+            Some("gave_up") => {
+                self.remote_open.remove(&id);
+            }
+            Some("failed") | Some("mismatch") => {
+                self.remote_errors += 1;
+                self.remote_error_at = Some(at);
+            }
+            _ => {}
+        }
     }
 
     /// `targets` as a disk check reports them (a `hygiene` record, or a live report).
@@ -250,6 +286,44 @@ pub fn format(run: &str, source: &str, facts: &Facts, live: &Live) -> String {
         "NVIDIA XID events recorded in the ledger for this run.",
         Some(facts.xids as f64),
     );
+    if facts.remote_seen {
+        o.one(
+            "roger_remote_verified_step",
+            "gauge",
+            "Newest step whose checkpoint is verified in the bucket.",
+            facts.remote_step.map(|s| s as f64),
+        );
+        o.one(
+            "roger_remote_verified_age_seconds",
+            "gauge",
+            "Seconds since the newest checkpoint was verified in the bucket.",
+            facts.remote_verified_at.map(|t| (live.now - t).max(0.0)),
+        );
+        o.one(
+            "roger_remote_queued",
+            "gauge",
+            "Checkpoints queued for the bucket and not verified there yet.",
+            Some(facts.remote_open.len() as f64),
+        );
+        o.one(
+            "roger_remote_queued_bytes",
+            "gauge",
+            "Bytes of the checkpoints queued for the bucket.",
+            Some(facts.remote_open.values().sum::<u64>() as f64),
+        );
+        o.one(
+            "roger_remote_upload_errors_total",
+            "counter",
+            "Failed upload or verify attempts recorded for the bucket.",
+            Some(facts.remote_errors as f64),
+        );
+        o.one(
+            "roger_remote_last_error_timestamp_seconds",
+            "gauge",
+            "Unix time of the newest failed upload or verify attempt.",
+            facts.remote_error_at,
+        );
+    }
     if let Some(code) = facts.verdict.as_deref().and_then(status_code) {
         o.one(
             "roger_verdict_status",

@@ -175,3 +175,46 @@ fn export_config_must_name_a_prom_file() {
     .unwrap_err();
     assert!(format!("{e:#}").contains("must end in .prom"), "{e:#}");
 }
+
+#[test]
+fn the_bucket_side_is_exported_when_the_run_has_one() {
+    let mut f = Facts::default();
+    f.fold(&records(), "r");
+    let text = format("r", "watch", &f, &Live::default());
+    assert!(!text.contains("roger_remote_"), "no bucket, no series");
+    let up = |e: &str, id: &str, step: u64| {
+        Entry::new(Kind::Remote, "remote", "r")
+            .step(Some(step))
+            .field("event", e)
+            .field("upload_id", id)
+            .field("size", 100)
+    };
+    f.fold(
+        &test_records(vec![
+            up("queued", "a", 10),
+            up("verified", "a", 10),
+            up("queued", "b", 20),
+            up("failed", "b", 20),
+            up("queued", "c", 30),
+        ]),
+        "r",
+    );
+    let text = format(
+        "r",
+        "watch",
+        &f,
+        &Live {
+            now: 4_000_000_000.0,
+            ..Default::default()
+        },
+    );
+    for line in [
+        "roger_remote_verified_step{run=\"r\",source=\"watch\"} 10",
+        "roger_remote_queued{run=\"r\",source=\"watch\"} 2",
+        "roger_remote_queued_bytes{run=\"r\",source=\"watch\"} 200",
+        "roger_remote_upload_errors_total{run=\"r\",source=\"watch\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} missing in\n{text}");
+    }
+    assert!(text.contains("roger_remote_verified_age_seconds{"));
+}

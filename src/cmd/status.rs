@@ -253,6 +253,9 @@ pub fn screen(g: &Glance, colour: bool) -> String {
     if let Some(q) = &h.queued_publishes {
         lines.push(fit(&format!("publish     {}", q.words())));
     }
+    if let Some(b) = &h.bucket {
+        lines.push(fit(&format!("bucket      {}", b.words())));
+    }
     lines.push(fit(&match h.disk_hours_to_full {
         Some(hrs) => format!("disk        full in {}", human_duration(hrs * 3600.0)),
         None => "disk        not filling (or not measured)".into(),

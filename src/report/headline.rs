@@ -105,6 +105,49 @@ pub struct Headline {
     pub log_garbage: u64,
     /// Publishes queued by `roger publish --detach` and not yet done (None: none queued).
     pub queued_publishes: Option<QueuedPublishes>,
+    /// The bucket (`[publish] remote`): None when the run has none.
+    pub bucket: Option<BucketSide>,
+}
+
+/// The bucket side of the run, from the ledger (`remote::records::summary`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BucketSide {
+    pub url: String,
+    pub newest_step: Option<u64>,
+    pub newest_age_s: Option<f64>,
+    pub verified: usize,
+    pub queued: usize,
+    pub queued_bytes: u64,
+    /// The newest upload error, when it is newer than the newest verified copy.
+    pub last_error: Option<String>,
+}
+
+impl BucketSide {
+    pub fn words(&self) -> String {
+        let newest = match (self.newest_step, self.newest_age_s) {
+            (Some(s), Some(a)) => format!(
+                "newest verified step {s}, {} ago",
+                crate::report::human_duration(a)
+            ),
+            (None, Some(a)) => format!(
+                "newest verified copy {} ago",
+                crate::report::human_duration(a)
+            ),
+            _ => "nothing verified yet".into(),
+        };
+        let mut out = format!("{} · {newest}", self.url);
+        if self.queued > 0 {
+            out.push_str(&format!(
+                " · {} queued ({})",
+                self.queued,
+                crate::config::units::format_bytes(self.queued_bytes)
+            ));
+        }
+        if let Some(e) = &self.last_error {
+            out.push_str(&format!(" · last upload error: {e}"));
+        }
+        out
+    }
 }
 
 /// The detached-publish queue of the checkpoint directory, summed up.
@@ -354,6 +397,7 @@ pub fn build(
         log_problem: log.problem.clone(),
         log_garbage: log.garbage,
         queued_publishes: None,
+        bucket: None,
     }
 }
 

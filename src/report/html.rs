@@ -119,6 +119,9 @@ fn facts(n: &Night) -> Markup {
             @if let Some(q) = &h.queued_publishes {
                 div { dt { "Queued publishes" } dd { (q.words()) } }
             }
+            @if let Some(b) = &h.bucket {
+                div { dt { "Bucket" } dd { (b.words()) } }
+            }
             div { dt { "Phase" } dd { (h.phase.clone().unwrap_or_else(|| "—".into())) } }
             div {
                 dt { "roger acted" }

@@ -80,10 +80,53 @@ pub fn load(cfg: &Config, opts: &Options, now: DateTime<Utc>) -> Result<Loaded> 
     };
     let mut night = g.finish(&read);
     queued_publishes(cfg, now, &mut night.headline);
+    night.headline.bucket = bucket(cfg, &scan.records, now);
+    if let Some(e) = night
+        .headline
+        .bucket
+        .as_ref()
+        .and_then(|b| b.last_error.clone())
+    {
+        night
+            .headline
+            .also
+            .push(format!("the bucket: the newest upload failed: {e}"));
+    }
     Ok(Loaded {
         night,
         ledger: ledger_path,
         log,
+    })
+}
+
+/// The bucket side of the run, when `[publish] remote` names one; an upload error newer than
+/// the newest verified copy also needs a look.
+fn bucket(
+    cfg: &Config,
+    records: &[crate::ledger::Record],
+    now: DateTime<Utc>,
+) -> Option<super::headline::BucketSide> {
+    let url = crate::remote::Remote::of_config(cfg)
+        .ok()
+        .flatten()?
+        .target
+        .url();
+    let s = crate::remote::records::summary(records, &cfg.run.name);
+    let stale_error = match (s.last_error_at, s.newest_at) {
+        (Some(e), Some(v)) => e > v,
+        (Some(_), None) => true,
+        _ => false,
+    };
+    Some(super::headline::BucketSide {
+        url,
+        newest_step: s.newest_step,
+        newest_age_s: s
+            .newest_at
+            .map(|t| (now - t).num_milliseconds() as f64 / 1000.0),
+        verified: s.verified,
+        queued: s.queued,
+        queued_bytes: s.queued_bytes,
+        last_error: s.last_error.filter(|_| stale_error),
     })
 }
 

@@ -63,6 +63,9 @@ pub fn digest(n: &Night, colour: bool) -> String {
     if let Some(q) = &h.queued_publishes {
         lines.push(clean(&format!("publish: {}", q.words())));
     }
+    if let Some(b) = &h.bucket {
+        lines.push(clean(&format!("bucket: {}", b.words())));
+    }
     let g = &n.goodput;
     lines.push(match g.ratio {
         Some(r) => format!(
