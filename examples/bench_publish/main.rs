@@ -157,6 +157,7 @@ fn main() {
             rollback_margin: 0,
             config: None,
             queue: None,
+            remote: None,
         };
         drop_caches();
         let c0 = cpu(libc::RUSAGE_SELF);

@@ -213,6 +213,7 @@ fn request(src: &Path, dest: &Path) -> Request {
         rollback_margin: 0,
         config: None,
         queue: None,
+        remote: None,
     }
 }
 
