@@ -27,6 +27,7 @@ mod ranks;
 mod read_less;
 mod real_configs;
 mod real_logs;
+mod remote_harness;
 mod report;
 mod slurm;
 mod status;

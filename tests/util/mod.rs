@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod receiver;
+pub mod s3;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
