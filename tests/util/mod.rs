@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod faultproxy;
 pub mod receiver;
 pub mod s3;
 

@@ -137,6 +137,16 @@ pub struct S3Client {
 impl S3Client {
     /// `endpoint`: `http://HOST:PORT`.
     pub fn new(endpoint: &str) -> S3Client {
+        S3Client::build(endpoint, 0)
+    }
+
+    /// A client that keeps its connections open between requests (as the AWS clients do),
+    /// for tests of connection reuse through the fault proxy.
+    pub fn keep_alive(endpoint: &str) -> S3Client {
+        S3Client::build(endpoint, 4)
+    }
+
+    fn build(endpoint: &str, idle: usize) -> S3Client {
         let endpoint = endpoint.trim_end_matches('/').to_string();
         let host = endpoint
             .strip_prefix("http://")
@@ -145,7 +155,8 @@ impl S3Client {
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(5))
             .timeout(Duration::from_secs(120))
-            .max_idle_connections(0)
+            .max_idle_connections(idle)
+            .max_idle_connections_per_host(idle)
             .build();
         S3Client {
             endpoint,
@@ -171,7 +182,7 @@ impl S3Client {
     ) -> Result<S3Response, String> {
         let uri = path
             .split('/')
-            .map(|seg| uri_encode(seg))
+            .map(uri_encode)
             .collect::<Vec<_>>()
             .join("/");
         let uri = if uri.starts_with('/') {
