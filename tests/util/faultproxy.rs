@@ -181,7 +181,10 @@ impl FaultProxy {
 
     /// The next `n` matching PUTs with a body: the upstream stores the first half, the client
     /// gets the upstream's 200. A body sent `aws-chunked` cannot be cut this way: it is
-    /// answered 501 `FaultProxyCannotTruncate` instead, so the test fails visibly.
+    /// answered 501 `FaultProxyCannotTruncate` instead, so the test fails visibly. Cutting a
+    /// multipart part other than the last can take it under S3's 5 MiB part minimum, which a
+    /// server enforcing it rejects at CompleteMultipartUpload: match the last part (or a
+    /// single PUT) for an object that is silently short.
     pub fn truncate_stored(&self, n: usize, m: Matcher) {
         self.arm(Fault::TruncateStored, n, m);
     }
