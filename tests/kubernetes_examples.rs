@@ -3,9 +3,12 @@
 //! "requeue me" (and the requeue code its roger.toml resolves to), runs with restartPolicy
 //! Never, gives a grace period at least the `sigterm_window` roger resolves from the
 //! ConfigMap it mounts, runs `roger watch` with that config, and writes its checkpoints and
-//! ledger to a mounted volume. No cluster is involved: this checks the files, not Kubernetes.
+//! ledger to a mounted volume. And the kubelet's sequence (SIGTERM, SIGKILL after the grace)
+//! against a real `roger watch` under the example's `[preempt]` section ends in a code the
+//! example Job ignores, with the hand-off's checkpoint saved. No cluster is involved.
 
-use crate::util::{repo_root, roger_bin, Env};
+use crate::util::{kubelet, repo_root, roger_bin, Env};
+use crate::watch::{alive, event, fake_train, pids, poll_until, records, roger};
 use roger::config::preempt::PreemptConfig;
 use serde::Deserialize;
 use serde_norway::Value;
@@ -315,4 +318,123 @@ fn the_example_configs_pass_roger_check_with_their_remote() {
             "{name}: the resolved config lost the remote: {resolved}"
         );
     }
+}
+
+/// The Job in job.yaml, the roger.toml of the ConfigMap it mounts (roger-config): the
+/// kubelet's SIGTERM, then SIGKILL after the Job's grace, against `roger watch` over
+/// fake_train with that config (its paths moved into a temp dir, the `remote` line left out
+/// until roger knows it, test timings added to [watch]; [preempt] as written). roger must hand
+/// off inside the grace and exit with a code the Job's podFailurePolicy ignores.
+#[test]
+fn the_kubelets_sigterm_under_the_example_config_ends_in_a_code_the_job_ignores() {
+    let docs = docs();
+    let (_, job) = job_specs(&docs)
+        .into_iter()
+        .find(|(name, _)| name == "job.yaml")
+        .expect("job.yaml's Job");
+    let pod = s(&job, &["template", "spec"]);
+    let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+    let ignored: BTreeSet<i64> = seq(s(&job, &["podFailurePolicy", "rules"]))
+        .iter()
+        .filter(|r| r["action"].as_str() == Some("Ignore"))
+        .flat_map(|r| seq(s(r, &["onExitCodes", "values"])))
+        .filter_map(|v| v.as_i64())
+        .collect();
+    let env = Env::new();
+    let dir = env.path("");
+    let dir = dir.to_str().unwrap().trim_end_matches('/');
+    let example = configmap_toml(&docs, "roger-config");
+    assert!(example.contains("/ckpt/") && example.contains("[watch]\n"));
+    let text: String = example
+        .replace("/ckpt/", &format!("{dir}/"))
+        .replace(
+            "[watch]\n",
+            "[watch]\ninterval = \"100ms\"\nhysteresis = 2\nstale = \"60s\"\n",
+        )
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("remote ="))
+        .map(|l| format!("{l}\n"))
+        .chain(std::iter::once("[gpu]\nsource = \"none\"\n".to_string()))
+        .collect();
+    env.write("roger.toml", &text);
+    std::fs::create_dir_all(env.path("logs")).unwrap();
+    let args: Vec<String> = [
+        "--config",
+        env.path("roger.toml").to_str().unwrap(),
+        "watch",
+        "--",
+        fake_train().to_str().unwrap(),
+        "--log",
+        env.path("logs/train_log.jsonl").to_str().unwrap(),
+        "--ckpt-dir",
+        env.path("checkpoints").to_str().unwrap(),
+        "--config",
+        env.path("roger.toml").to_str().unwrap(),
+        "--pid-file",
+        env.path("pids.txt").to_str().unwrap(),
+        "--steps",
+        "100000",
+        "--step-ms",
+        "30",
+        "--save-every",
+        "10",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut c = roger(&env, &args);
+    c.env_remove("SLURM_JOB_ID")
+        .env_remove("SLURM_NODEID")
+        .stdout(std::fs::File::create(env.path("watch.out")).unwrap())
+        .stderr(std::fs::File::create(env.path("watch.err")).unwrap());
+    let mut child = c.spawn().unwrap();
+    let latest = || -> Option<u64> {
+        let v: serde_json::Value =
+            serde_json::from_str(&env.read("checkpoints/latest.json")).ok()?;
+        v["step"].as_u64()
+    };
+    poll_until(
+        "a first publish",
+        std::time::Duration::from_secs(60),
+        || latest().is_some(),
+    );
+    let before = latest().unwrap();
+
+    let stopped = kubelet::terminate(&mut child, std::time::Duration::from_secs(grace));
+    let err = env.read("watch.err");
+    assert!(
+        !stopped.killed,
+        "the kubelet had to SIGKILL roger after {grace} s\n{err}"
+    );
+    let code = stopped.status.code().unwrap_or(-1) as i64;
+    assert!(
+        ignored.contains(&code),
+        "roger exited {code} after the SIGTERM; job.yaml ignores {ignored:?}\n{err}"
+    );
+    let recs = records(&env);
+    let events: Vec<&str> = recs.iter().filter_map(|r| r.str_field("event")).collect();
+    let notice = event(&recs, "preempt_notice");
+    assert_eq!(notice.len(), 1, "{events:?}");
+    assert_eq!(notice[0].str_field("notice_source"), Some("sigterm"));
+    assert_eq!(
+        event(&recs, "preempt_saved").len(),
+        1,
+        "the hand-off did not save: {events:?}\n{:?}\n{err}",
+        event(&recs, "preempt_save_missed")
+    );
+    assert!(
+        latest().unwrap() > before,
+        "the hand-off's save is the latest"
+    );
+    env.run(&["--config", "roger.toml", "ledger", "verify"])
+        .expect(0);
+    let p = pids(&env);
+    assert!(!p.is_empty());
+    for pid in p {
+        assert!(!alive(pid), "pid {pid} of the run outlived the pod's roger");
+    }
+    eprintln!(
+        "kubelet sequence: SIGTERM -> exit {code} in {:.1} s (grace {grace} s)",
+        stopped.took.as_secs_f64()
+    );
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod faultproxy;
+pub mod kubelet;
 pub mod receiver;
 pub mod s3;
 
