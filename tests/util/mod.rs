@@ -3,7 +3,10 @@
 
 #![allow(dead_code)]
 
+pub mod faultproxy;
+pub mod kubelet;
 pub mod receiver;
+pub mod s3;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
