@@ -37,6 +37,8 @@ fn roger_bin() -> PathBuf {
 
 /// Run to completion; wall seconds and peak RSS (MiB) of the child and its waited-for
 /// descendants (wait4).
+// wait4 below reaps it (std's wait would not give the rusage).
+#[allow(clippy::zombie_processes)]
 fn timed(mut cmd: Command) -> (f64, f64, bool) {
     let t0 = Instant::now();
     let child = cmd.stdout(Stdio::null()).spawn().expect("spawn");
@@ -48,11 +50,7 @@ fn timed(mut cmd: Command) -> (f64, f64, bool) {
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
     assert_eq!(r, pid, "wait4");
     let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-    (
-        t0.elapsed().as_secs_f64(),
-        ru.ru_maxrss as f64 / 1024.0,
-        ok,
-    )
+    (t0.elapsed().as_secs_f64(), ru.ru_maxrss as f64 / 1024.0, ok)
 }
 
 fn free_port() -> u16 {
@@ -74,7 +72,14 @@ fn main() {
     let d = dir.path();
     let port = free_port();
     let mut moto = Command::new("timeout")
-        .args(["3600", "moto_server", "-H", "127.0.0.1", "-p", &port.to_string()])
+        .args([
+            "3600",
+            "moto_server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -82,7 +87,10 @@ fn main() {
     let endpoint = format!("http://127.0.0.1:{port}");
     let t0 = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "moto_server did not start");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "moto_server did not start"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let env = [
@@ -129,7 +137,9 @@ fn main() {
         "{size_mib} MiB to moto on loopback, part {PART_MIB} MiB, {CONCURRENCY} in flight, {rounds} round(s), alternating"
     );
     let roger = roger_bin();
-    let mut rows: Vec<(f64, f64, f64, f64, f64, f64)> = Vec::new();
+    // (roger wall, upload, verify, aws wall, roger RSS, aws RSS)
+    type Row = (f64, f64, f64, f64, f64, f64);
+    let mut rows: Vec<Row> = Vec::new();
     for round in 1..=rounds {
         // roger: publish locally (its uploader held off by our lock), then the uploader in
         // the foreground, measured.
@@ -192,7 +202,7 @@ fn main() {
         );
         rows.push((r_wall, up, ver, a_wall, r_rss, a_rss));
     }
-    let med = |f: &dyn Fn(&(f64, f64, f64, f64, f64, f64)) -> f64| {
+    let med = |f: &dyn Fn(&Row) -> f64| {
         let mut v: Vec<f64> = rows.iter().map(f).collect();
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]

@@ -28,6 +28,7 @@ mod ranks;
 mod read_less;
 mod real_configs;
 mod real_logs;
+mod remote;
 mod remote_harness;
 mod report;
 mod retention_torch;

@@ -96,13 +96,8 @@ fn job_specs(docs: &[(String, Value)]) -> Vec<(String, Value)> {
 }
 
 /// What roger resolves from a ConfigMap's roger.toml (`roger --config F check --json`).
-/// `without_remote`: the `remote = ` line left out (see the ignored test below).
-fn resolve(env: &Env, name: &str, toml: &str, without_remote: bool) -> crate::util::Run {
-    let text: String = toml
-        .lines()
-        .filter(|l| !(without_remote && l.trim_start().starts_with("remote =")))
-        .map(|l| format!("{l}\n"))
-        .collect();
+fn resolve(env: &Env, name: &str, toml: &str) -> crate::util::Run {
+    let text: String = toml.lines().map(|l| format!("{l}\n")).collect();
     let path = env.write(&format!("{name}.toml"), text);
     env.run(&["--config", path.to_str().unwrap(), "check", "--json"])
 }
@@ -217,7 +212,7 @@ fn every_job_maps_rogers_exit_codes_and_outlasts_its_sigterm_window() {
         assert_eq!(cfg_file, "roger.toml");
         let toml_text = configmap_toml(&docs, cm_name);
 
-        let run = resolve(&env, cm_name, &toml_text, true).expect(0);
+        let run = resolve(&env, cm_name, &toml_text).expect(0);
         let resolved: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
         let preempt: PreemptConfig = serde_json::from_value(resolved["preempt"].clone()).unwrap();
         assert_eq!(
@@ -293,10 +288,8 @@ fn every_job_maps_rogers_exit_codes_and_outlasts_its_sigterm_window() {
     }
 }
 
-/// Enable when roger knows `[publish] remote` (issue 28): until then `roger check` rejects the
-/// key as unknown, which is why the test above resolves the config without that line.
+/// The example configs, `[publish] remote` and all, are configs roger accepts.
 #[test]
-#[ignore = "needs [publish] remote in roger's config (issue 28); enable when it lands"]
 fn the_example_configs_pass_roger_check_with_their_remote() {
     let docs = docs();
     let env = Env::new();
@@ -309,7 +302,7 @@ fn the_example_configs_pass_roger_check_with_their_remote() {
     for name in maps {
         let toml_text = configmap_toml(&docs, &name);
         assert!(toml_text.contains("remote = \"s3://"), "{name}");
-        let run = resolve(&env, &name, &toml_text, false).expect(0);
+        let run = resolve(&env, &name, &toml_text).expect(0);
         let resolved: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
         assert!(
             resolved

@@ -186,8 +186,12 @@ fn wait_uploads(
                                     && r.str_field("event") == Some("failed")
                             })
                             .and_then(|r| r.str_field("error"))
-                            .unwrap_or("the uploader is not running");
-                        format!("not in the bucket yet: {} ({why})", j.path.display())
+                            .unwrap_or("queued behind the one above; the uploader stopped");
+                        let url = format!("{}checkpoints/{}", j.remote, j.name);
+                        format!(
+                            "not in the bucket yet: {} -> {url} ({why})",
+                            j.path.display()
+                        )
                     })
                     .collect());
             }

@@ -35,6 +35,8 @@ const PIECE: usize = 2 << 20;
 pub struct Marks {
     pub sha256: String,
     pub size: u64,
+    /// Bytes per segment (the last may be shorter).
+    pub segment: u64,
     /// Hasher at the start of segment i.
     starts: Vec<Sha256>,
     /// Digest the hasher finalizes to at the end of segment i (the last one is `sha256`).
@@ -55,36 +57,54 @@ impl Marks {
     pub fn segments(&self) -> usize {
         self.starts.len()
     }
+
+    /// Segment `i`'s byte range, the hasher state at its start and the digest that state
+    /// reaches at its end (the bucket's verify checks ranged GETs against these).
+    pub fn segment_check(&self, i: usize) -> ((u64, u64), Sha256, [u8; 32]) {
+        let start = i as u64 * self.segment;
+        (
+            (start, (start + self.segment).min(self.size)),
+            self.starts[i].clone(),
+            self.ends[i],
+        )
+    }
 }
 
 /// SHA-256 that notes its state at every segment boundary.
 pub struct ChainHasher {
     h: Sha256,
     pos: u64,
+    segment: u64,
     starts: Vec<Sha256>,
     ends: Vec<[u8; 32]>,
 }
 
 impl Default for ChainHasher {
     fn default() -> Self {
-        ChainHasher {
-            h: Sha256::new(),
-            pos: 0,
-            starts: vec![Sha256::new()],
-            ends: Vec::new(),
-        }
+        ChainHasher::with_segment(SEGMENT)
     }
 }
 
 impl ChainHasher {
+    /// Marks every `segment` bytes (> 0).
+    pub fn with_segment(segment: u64) -> ChainHasher {
+        ChainHasher {
+            h: Sha256::new(),
+            pos: 0,
+            segment: segment.max(1),
+            starts: vec![Sha256::new()],
+            ends: Vec::new(),
+        }
+    }
+
     pub fn update(&mut self, mut data: &[u8]) {
         while !data.is_empty() {
-            let room = (SEGMENT - self.pos % SEGMENT) as usize;
+            let room = (self.segment - self.pos % self.segment) as usize;
             let k = room.min(data.len());
             self.h.update(&data[..k]);
             self.pos += k as u64;
             data = &data[k..];
-            if self.pos.is_multiple_of(SEGMENT) {
+            if self.pos.is_multiple_of(self.segment) {
                 self.ends.push(self.h.clone().finalize().into());
                 self.starts.push(self.h.clone());
             }
@@ -95,11 +115,12 @@ impl ChainHasher {
         let ChainHasher {
             h,
             pos,
+            segment,
             mut starts,
             mut ends,
         } = self;
         let digest: [u8; 32] = h.finalize().into();
-        if pos.is_multiple_of(SEGMENT) {
+        if pos.is_multiple_of(segment) {
             // Ended on a boundary (or empty): no segment starts here.
             starts.pop();
         } else {
@@ -108,6 +129,7 @@ impl ChainHasher {
         Marks {
             sha256: crate::digest::hex(&digest),
             size: pos,
+            segment,
             starts,
             ends,
         }
@@ -180,9 +202,9 @@ pub fn verify(files: &[(PathBuf, &Marks)]) -> Result<Vec<Check>> {
                         let c = &mut c[i];
                         c.bytes_read += read;
                         c.direct &= direct;
-                        let start = seg as u64 * SEGMENT;
+                        let start = seg as u64 * marks.segment;
                         if !ok && c.bad.is_none_or(|(a, _)| start < a) {
-                            c.bad = Some((start, (start + SEGMENT).min(marks.size)));
+                            c.bad = Some((start, (start + marks.segment).min(marks.size)));
                         }
                     }
                 })
@@ -204,8 +226,8 @@ fn segment(
     seg: usize,
     buf: &mut [u8],
 ) -> Result<(u64, bool, bool)> {
-    let start = seg as u64 * SEGMENT;
-    let end = (start + SEGMENT).min(marks.size);
+    let start = seg as u64 * marks.segment;
+    let end = (start + marks.segment).min(marks.size);
     let f = DirectFile::open(path)?;
     let mut h = marks.starts[seg].clone();
     let mut read = 0u64;

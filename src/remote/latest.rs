@@ -166,6 +166,15 @@ mod tests {
         fn get_range(&self, k: &str, a: u64, b: u64) -> crate::remote::store::StoreResult<Vec<u8>> {
             self.inner.get_range(k, a, b)
         }
+        fn read_range(
+            &self,
+            k: &str,
+            a: u64,
+            b: u64,
+            sink: &mut crate::remote::store::Sink<'_>,
+        ) -> crate::remote::store::StoreResult<u64> {
+            self.inner.read_range(k, a, b, sink)
+        }
         fn put(
             &self,
             k: &str,

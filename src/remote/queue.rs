@@ -703,6 +703,15 @@ mod tests {
         fn get_range(&self, k: &str, a: u64, b: u64) -> super::super::store::StoreResult<Vec<u8>> {
             self.0.get_range(k, a, b)
         }
+        fn read_range(
+            &self,
+            k: &str,
+            a: u64,
+            b: u64,
+            sink: &mut crate::remote::store::Sink<'_>,
+        ) -> crate::remote::store::StoreResult<u64> {
+            self.0.read_range(k, a, b, sink)
+        }
         fn put(
             &self,
             k: &str,

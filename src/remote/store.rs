@@ -52,6 +52,9 @@ impl std::error::Error for StoreError {}
 
 pub type StoreResult<T> = std::result::Result<T, StoreError>;
 
+/// Where streamed bytes go; an error stops the read.
+pub type Sink<'a> = dyn FnMut(&[u8]) -> std::result::Result<(), String> + 'a;
+
 pub trait Store: Send + Sync {
     /// `s3://bucket` (and the endpoint when it is not AWS), for messages.
     fn describe(&self) -> String;
@@ -59,6 +62,9 @@ pub trait Store: Send + Sync {
     fn get(&self, key: &str) -> StoreResult<Option<(Vec<u8>, Meta)>>;
     /// Bytes `start..end` of the object.
     fn get_range(&self, key: &str, start: u64, end: u64) -> StoreResult<Vec<u8>>;
+    /// Bytes `start..end` of the object, handed to `sink` as they arrive (nothing buffered
+    /// beyond the transport's chunks). Returns how many bytes came.
+    fn read_range(&self, key: &str, start: u64, end: u64, sink: &mut Sink<'_>) -> StoreResult<u64>;
     fn put(&self, key: &str, body: Vec<u8>, cond: Cond) -> StoreResult<Meta>;
     fn create_multipart(&self, key: &str) -> StoreResult<String>;
     /// Part `idx` (0-based) of an upload; returns what completion needs for it.
@@ -294,6 +300,32 @@ impl Store for S3 {
             .map_err(|e| self.err(key, "reading", e))
     }
 
+    fn read_range(&self, key: &str, start: u64, end: u64, sink: &mut Sink<'_>) -> StoreResult<u64> {
+        use futures::StreamExt;
+        use object_store::{GetOptions, GetRange, ObjectStore};
+        let r = self.rt.block_on(async {
+            let opts = GetOptions {
+                range: Some(GetRange::Bounded(start..end)),
+                ..Default::default()
+            };
+            let mut stream = self.s3.get_opts(&path(key), opts).await?.into_stream();
+            let mut n = 0u64;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk?;
+                n += chunk.len() as u64;
+                if let Err(e) = sink(&chunk) {
+                    return Ok(Err(e));
+                }
+            }
+            Ok::<_, object_store::Error>(Ok(n))
+        });
+        match r {
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(e)) => Err(StoreError::Other(e)),
+            Err(e) => Err(self.err(key, "reading", e)),
+        }
+    }
+
     fn put(&self, key: &str, body: Vec<u8>, cond: Cond) -> StoreResult<Meta> {
         use object_store::{ObjectStore, PutMode, PutOptions, UpdateVersion};
         let size = body.len() as u64;
@@ -436,6 +468,13 @@ impl Store for Memory {
             .ok_or_else(|| StoreError::NotFound(format!("{key}: not found")))?;
         let end = (end as usize).min(b.len());
         Ok(b.get(start as usize..end).unwrap_or_default().to_vec())
+    }
+    fn read_range(&self, key: &str, start: u64, end: u64, sink: &mut Sink<'_>) -> StoreResult<u64> {
+        let bytes = self.get_range(key, start, end)?;
+        for c in bytes.chunks(64 << 10) {
+            sink(c).map_err(StoreError::Other)?;
+        }
+        Ok(bytes.len() as u64)
     }
     fn put(&self, key: &str, mut body: Vec<u8>, cond: Cond) -> StoreResult<Meta> {
         let tag = self.tag();

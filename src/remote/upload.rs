@@ -8,10 +8,13 @@
 use super::store::{Cond, Store};
 use super::{RemoteConfig, VerifyMode};
 use crate::digest::{self, FileDigest};
+use crate::publish::chain::{ChainHasher, Marks};
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
-use std::io::{Read, Write};
+use sha2::Digest;
+use std::io::Read;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// One file of a checkpoint and its object.
@@ -66,87 +69,100 @@ pub struct Sent {
     pub etags: Vec<String>,
 }
 
+/// The verify segment for a file of `size` bytes: about two per connection, 8 to 64 MiB.
+pub fn segment_for(size: u64, cfg: &RemoteConfig) -> u64 {
+    let per = size / (2 * cfg.concurrency.max(1) as u64);
+    per.clamp(8 << 20, 64 << 20).next_multiple_of(1 << 20)
+}
+
 /// Upload a file: one PUT below a part, else a multipart upload whose id is handed to
 /// `started` before any part is sent (so a killed uploader's upload can be aborted later).
+/// The file is read once, in order, hashed (noting the hash state at every verify segment),
+/// and its parts go to `concurrency` senders through a rendezvous channel: at most
+/// `concurrency` parts in flight plus the one being read.
 pub fn put_file(
     store: &dyn Store,
     part: &Part,
     cfg: &RemoteConfig,
     started: &mut dyn FnMut(&str, &str) -> Result<()>,
-) -> Result<(FileDigest, String, usize)> {
+) -> Result<(Marks, String, usize)> {
     let mut f = std::fs::File::open(&part.path)
         .with_context(|| format!("opening {}", part.path.display()))?;
     let size = f.metadata()?.len();
     let psize = cfg.part_size.0 as usize;
-    let mut h = Sha256::new();
+    let mut h = ChainHasher::with_segment(segment_for(size, cfg));
     if size < psize as u64 {
         let mut buf = Vec::with_capacity(size as usize);
         f.read_to_end(&mut buf)
             .with_context(|| format!("reading {}", part.path.display()))?;
         h.update(&buf);
-        let n = buf.len() as u64;
         let m = store.put(&part.key, buf, Cond::Overwrite)?;
-        let d = FileDigest {
-            rel: part.rel.clone(),
-            size: n,
-            sha256: digest::hex(&h.finalize()),
-        };
-        return Ok((d, m.etag.unwrap_or_default(), 1));
+        return Ok((h.finish(), m.etag.unwrap_or_default(), 1));
     }
     let upload = store.create_multipart(&part.key)?;
     started(&part.key, &upload)?;
-    let mut ids: Vec<String> = Vec::new();
-    let mut total = 0u64;
-    let result = (|| -> Result<()> {
-        loop {
-            // A window of parts read in order (hashed), then sent side by side.
-            let mut window: Vec<Vec<u8>> = Vec::new();
-            for _ in 0..cfg.concurrency {
-                let mut buf = vec![0u8; psize];
-                let n = read_full(&mut f, &mut buf)
-                    .with_context(|| format!("reading {}", part.path.display()))?;
-                buf.truncate(n);
-                if n == 0 {
-                    break;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Vec<u8>)>(0);
+    let rx = Mutex::new(rx);
+    let done: Mutex<Vec<(usize, String)>> = Mutex::new(Vec::new());
+    let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let failed = AtomicBool::new(false);
+    let read: Result<usize> = std::thread::scope(|s| {
+        for _ in 0..cfg.concurrency.max(1) {
+            s.spawn(|| loop {
+                let next = rx.lock().expect("part queue").recv();
+                let Ok((i, body)) = next else { break };
+                if failed.load(Ordering::Relaxed) {
+                    continue;
                 }
-                h.update(&buf);
-                total += n as u64;
-                window.push(buf);
-            }
-            if window.is_empty() {
-                break;
-            }
-            let base = ids.len();
-            let got: Vec<Result<String>> = std::thread::scope(|s| {
-                let handles: Vec<_> = window
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, body)| {
-                        let (key, upload) = (&part.key, &upload);
-                        s.spawn(move || {
-                            store
-                                .put_part(key, upload, base + i, body)
-                                .map_err(anyhow::Error::from)
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| bail!("a part upload panicked")))
-                    .collect()
+                match store.put_part(&part.key, &upload, i, body) {
+                    Ok(id) => done.lock().expect("parts").push((i, id)),
+                    Err(e) => {
+                        failed.store(true, Ordering::Relaxed);
+                        failure.lock().expect("failure").get_or_insert(e.into());
+                    }
+                }
             });
-            for g in got {
-                ids.push(g?);
-            }
         }
-        Ok(())
-    })();
-    if let Err(e) = result {
+        let mut idx = 0;
+        let r = loop {
+            if failed.load(Ordering::Relaxed) {
+                break Ok(idx);
+            }
+            let mut buf = vec![0u8; psize];
+            let n = match read_full(&mut f, &mut buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    break Err(
+                        anyhow::Error::from(e).context(format!("reading {}", part.path.display()))
+                    )
+                }
+            };
+            if n == 0 {
+                break Ok(idx);
+            }
+            buf.truncate(n);
+            h.update(&buf);
+            if tx.send((idx, buf)).is_err() {
+                break Ok(idx);
+            }
+            idx += 1;
+        };
+        drop(tx);
+        r
+    });
+    let error = match read {
+        Err(e) => Some(e),
+        Ok(_) => failure.into_inner().expect("failure"),
+    };
+    if let Some(e) = error {
         // Leave no orphaned parts behind (they are billed): abort, then report the cause.
         let _ = store.abort_multipart(&part.key, &upload);
         return Err(e);
     }
-    let parts = ids.len();
+    let mut parts = done.into_inner().expect("parts");
+    parts.sort_by_key(|p| p.0);
+    let n = parts.len();
+    let ids = parts.into_iter().map(|p| p.1).collect();
     let m = match store.complete_multipart(&part.key, &upload, ids) {
         Ok(m) => m,
         Err(e) => {
@@ -154,15 +170,7 @@ pub fn put_file(
             return Err(e.into());
         }
     };
-    Ok((
-        FileDigest {
-            rel: part.rel.clone(),
-            size: total,
-            sha256: digest::hex(&h.finalize()),
-        },
-        m.etag.unwrap_or_default(),
-        parts,
-    ))
+    Ok((h.finish(), m.etag.unwrap_or_default(), n))
 }
 
 fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -178,56 +186,76 @@ fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-/// Read an object back with ranged GETs (`concurrency` at a time, hashed in order), handing
-/// each range to `sink` in order. Returns the digest of what the bucket holds.
-pub fn read_object(
+/// Work items `0..n` on up to `threads` threads; the first error wins.
+fn in_parallel(
+    n: usize,
+    threads: usize,
+    work: &(dyn Fn(usize) -> Result<()> + Sync),
+) -> Result<()> {
+    let next = AtomicUsize::new(0);
+    let first: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..threads.clamp(1, n.max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n || first.lock().expect("first").is_some() {
+                    break;
+                }
+                if let Err(e) = work(i) {
+                    first.lock().expect("first").get_or_insert(e);
+                }
+            });
+        }
+    });
+    match first.into_inner().expect("first") {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Re-read an object with ranged GETs, `concurrency` at a time, each segment hashed from
+/// the state the upload noted at its start and checked against the digest noted at its end
+/// (the chain argument of `publish::chain`: every segment right means the whole SHA-256
+/// matches). Streams: nothing is buffered beyond the transport's chunks. Returns the bytes
+/// read, or the first byte range whose bytes in the bucket differ (or the size, when it does).
+pub fn verify_object(
     store: &dyn Store,
     key: &str,
-    rel: &str,
+    marks: &Marks,
     cfg: &RemoteConfig,
-    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
-) -> Result<FileDigest> {
+) -> Result<std::result::Result<u64, String>> {
     let meta = store
         .head(key)?
         .with_context(|| format!("{}: the object is missing", key))?;
-    let psize = cfg.part_size.0;
-    let mut h = Sha256::new();
-    let mut at = 0u64;
-    while at < meta.size {
-        let ranges: Vec<(u64, u64)> = (0..cfg.concurrency as u64)
-            .map(|i| at + i * psize)
-            .take_while(|s| *s < meta.size)
-            .map(|s| (s, (s + psize).min(meta.size)))
-            .collect();
-        let got: Vec<Result<Vec<u8>>> = std::thread::scope(|s| {
-            let hs: Vec<_> = ranges
-                .iter()
-                .map(|&(a, b)| {
-                    s.spawn(move || store.get_range(key, a, b).map_err(anyhow::Error::from))
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| bail!("a ranged GET panicked")))
-                .collect()
-        });
-        for (g, (a, b)) in got.into_iter().zip(&ranges) {
-            let bytes = g?;
-            if bytes.len() as u64 != b - a {
-                bail!(
-                    "{key}: a ranged GET of bytes {a}..{b} returned {} bytes (the object is {} bytes)",
-                    bytes.len(),
-                    meta.size
-                );
-            }
-            h.update(&bytes);
-            sink(&bytes)?;
-        }
-        at = ranges.last().map_or(meta.size, |r| r.1);
+    if meta.size != marks.size {
+        return Ok(Err(format!(
+            "{key}: {} bytes in the bucket, {} bytes sent",
+            meta.size, marks.size
+        )));
     }
-    Ok(FileDigest {
-        rel: rel.to_string(),
-        size: meta.size,
-        sha256: digest::hex(&h.finalize()),
+    let bad: Mutex<Option<(u64, u64)>> = Mutex::new(None);
+    let read = AtomicU64::new(0);
+    in_parallel(marks.segments(), cfg.concurrency, &|i| {
+        let ((a, b), mut h, end) = marks.segment_check(i);
+        let n = store.read_range(key, a, b, &mut |c| {
+            h.update(c);
+            Ok(())
+        })?;
+        read.fetch_add(n, Ordering::Relaxed);
+        let got: [u8; 32] = h.finalize().into();
+        if n != b - a || got != end {
+            let mut bad = bad.lock().expect("bad");
+            if bad.is_none_or(|(x, _)| a < x) {
+                *bad = Some((a, b));
+            }
+        }
+        Ok(())
+    })?;
+    Ok(match bad.into_inner().expect("bad") {
+        None => Ok(read.into_inner()),
+        Some((a, b)) => Err(format!(
+            "{key}: bytes {a}..{b} in the bucket differ from the bytes sent"
+        )),
     })
 }
 
@@ -247,14 +275,23 @@ pub fn send(
         .is_dir();
     let files = files_of(local, key)?;
     let mut sent = Sent::default();
-    let mut local_digests = Vec::new();
+    let mut marks = Vec::new();
     for p in &files {
-        let (d, etag, parts) = put_file(store, p, cfg, started)?;
-        sent.bytes += d.size;
+        let (m, etag, parts) = put_file(store, p, cfg, started)?;
+        sent.bytes += m.size;
         sent.parts += parts;
         sent.etags.push(etag);
-        local_digests.push(d);
+        marks.push(m);
     }
+    let local_digests: Vec<FileDigest> = files
+        .iter()
+        .zip(&marks)
+        .map(|(p, m)| FileDigest {
+            rel: p.rel.clone(),
+            size: m.size,
+            sha256: m.sha256.clone(),
+        })
+        .collect();
     let local_sha = combined(dir, &local_digests);
     if local_sha != expected {
         bail!(
@@ -264,58 +301,35 @@ pub fn send(
     }
     sent.upload_s = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let mut remote_digests = Vec::new();
-    for p in &files {
-        let d = match cfg.verify {
-            VerifyMode::Read => {
-                let d = read_object(store, &p.key, &p.rel, cfg, &mut |_| Ok(()))?;
-                sent.verify_bytes += d.size;
-                d
-            }
+    let mut bad = Vec::new();
+    for (p, m) in files.iter().zip(&marks) {
+        let r = match cfg.verify {
+            VerifyMode::Read => verify_object(store, &p.key, m, cfg)?,
             // The server checked each part's SHA-256 on arrival (AWS does); roger checks that
             // the object is there with the size sent. It does not prove the stored bytes.
             VerifyMode::Checksum => {
-                let m = store
+                let got = store
                     .head(&p.key)?
                     .with_context(|| format!("{}: the object is missing", p.key))?;
-                let local = local_digests.iter().find(|d| d.rel == p.rel).cloned();
-                let mut d = local.unwrap_or(FileDigest {
-                    rel: p.rel.clone(),
-                    size: 0,
-                    sha256: String::new(),
-                });
-                if m.size != d.size {
-                    d.sha256 = format!("size {} (sent {})", m.size, d.size);
+                if got.size == m.size {
+                    Ok(0)
+                } else {
+                    Err(format!(
+                        "{}: {} bytes in the bucket, {} bytes sent",
+                        p.key, got.size, m.size
+                    ))
                 }
-                d.size = m.size;
-                d
             }
         };
-        remote_digests.push(d);
+        match r {
+            Ok(n) => sent.verify_bytes += n,
+            Err(why) => bad.push(why),
+        }
     }
     sent.verify_s = t1.elapsed().as_secs_f64();
-    let remote_sha = combined(dir, &remote_digests);
-    if remote_sha != expected {
-        let bad: Vec<String> = remote_digests
-            .iter()
-            .zip(&local_digests)
-            .filter(|(r, l)| r.sha256 != l.sha256 || r.size != l.size)
-            .map(|(r, l)| {
-                format!(
-                    "{}: {} bytes hashing to {} in the bucket, {} bytes hashing to {} sent",
-                    files
-                        .iter()
-                        .find(|p| p.rel == r.rel)
-                        .map_or(r.rel.as_str(), |p| p.key.as_str()),
-                    r.size,
-                    r.sha256,
-                    l.size,
-                    l.sha256
-                )
-            })
-            .collect();
+    if !bad.is_empty() {
         return Ok(Err(Mismatch {
-            got: remote_sha,
+            got: "differs".into(),
             detail: bad.join("; "),
             keys: files.iter().map(|p| p.key.clone()).collect(),
         }));
@@ -331,9 +345,11 @@ pub struct Mismatch {
     pub keys: Vec<String>,
 }
 
-/// Download a checkpoint (its objects under `key`, as `files` lists them: rel and key) to
-/// `dest` through a staging name beside it, fsynced; returns its SHA-256 as publish records
-/// it. The caller compares it to the record before using the file.
+/// Download a checkpoint (its objects under `key`) to `dest` through a staging name beside
+/// it: ranged GETs in parallel, each streamed to its offset in the staging file, fsynced,
+/// then hashed from the disk (what will be resumed from is what is hashed). Returns its
+/// SHA-256 as publish records it and its size; the caller compares them to the record
+/// before the file is used. A failure (a full disk, the network) leaves no staging file.
 pub fn download(
     store: &dyn Store,
     key: &str,
@@ -366,9 +382,12 @@ pub fn download(
         vec![(String::new(), key.to_string())]
     };
     let result = (|| -> Result<(String, u64)> {
-        let mut digests = Vec::new();
         for (rel, k) in &objects {
-            if rel.split('/').any(|s| s == ".." || s.is_empty()) && dir {
+            if dir
+                && rel
+                    .split('/')
+                    .any(|s| s == ".." || s == "." || s.is_empty())
+            {
                 bail!("{k}: refusing an object name that leaves the checkpoint directory");
             }
             let path = if dir {
@@ -379,22 +398,10 @@ pub fn download(
             if let Some(p) = path.parent() {
                 std::fs::create_dir_all(p)?;
             }
-            let mut out = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .with_context(|| format!("creating {}", path.display()))?;
-            let d = read_object(store, k, rel, cfg, &mut |b| {
-                out.write_all(b)
-                    .with_context(|| format!("writing {}", path.display()))
-            })?;
-            out.sync_all()
-                .with_context(|| format!("fsyncing {}", path.display()))?;
-            digests.push(d);
+            fetch_object(store, k, &path, cfg)?;
         }
-        let sha = combined(dir, &digests);
-        let size = digests.iter().map(|d| d.size).sum();
-        Ok((sha, size))
+        let d = crate::digest::hash_path(&staging)?;
+        Ok((d.sha256, d.size))
     })();
     match result {
         Ok(r) => {
@@ -412,6 +419,42 @@ pub fn download(
             Err(e)
         }
     }
+}
+
+/// One object into a new file: its ranges fetched side by side, each written at its offset.
+fn fetch_object(store: &dyn Store, key: &str, path: &Path, cfg: &RemoteConfig) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let meta = store
+        .head(key)?
+        .with_context(|| format!("{}: {key} is missing", store.describe()))?;
+    let out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let seg = segment_for(meta.size, cfg);
+    let n = meta.size.div_ceil(seg) as usize;
+    in_parallel(n, cfg.concurrency, &|i| {
+        let a = i as u64 * seg;
+        let b = (a + seg).min(meta.size);
+        let mut at = a;
+        let got = store.read_range(key, a, b, &mut |c| {
+            out.write_all_at(c, at)
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            at += c.len() as u64;
+            Ok(())
+        })?;
+        if got != b - a {
+            bail!(
+                "{key}: a ranged GET of bytes {a}..{b} returned {got} bytes (the object is {} bytes)",
+                meta.size
+            );
+        }
+        Ok(())
+    })?;
+    out.sync_all()
+        .with_context(|| format!("fsyncing {}", path.display()))?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -507,6 +550,37 @@ mod tests {
         assert!(e.to_string().contains("reset"), "{e}");
         assert_eq!(m.uploads_open(), 0, "no orphaned multipart upload");
         assert!(m.objects.lock().unwrap().get("k").is_none());
+    }
+
+    #[test]
+    fn a_corrupt_segment_is_named_by_its_byte_range() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("c.pt");
+        std::fs::write(&f, data(20 << 20)).unwrap();
+        let m = Memory::default();
+        let c = RemoteConfig {
+            part_size: Bytes(5 << 20),
+            ..cfg()
+        };
+        let (marks, _, parts) = put_file(
+            &m,
+            &Part {
+                rel: String::new(),
+                path: f.clone(),
+                key: "k".into(),
+            },
+            &c,
+            &mut |_, _| Ok(()),
+        )
+        .unwrap();
+        assert_eq!((parts, marks.segments()), (4, 3));
+        assert_eq!(verify_object(&m, "k", &marks, &c).unwrap(), Ok(20 << 20));
+        m.objects.lock().unwrap().get_mut("k").unwrap().0[9 << 20] ^= 0x10;
+        let bad = verify_object(&m, "k", &marks, &c).unwrap().unwrap_err();
+        assert_eq!(
+            bad,
+            "k: bytes 8388608..16777216 in the bucket differ from the bytes sent"
+        );
     }
 
     #[test]

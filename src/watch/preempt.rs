@@ -208,7 +208,8 @@ impl Watcher<'_> {
             notice.seq
         );
         self.ask_save(&a, &n, notice.seq)?;
-        let saved = match self.await_save(&n, notice.seq, margin)? {
+        let need_remote = self.bucket.is_some() && a.cfg.require_remote;
+        let saved = match self.await_save(&n, notice.seq, margin, need_remote)? {
             Ok(saved) => saved,
             // Stopped by a person (SIGINT) while waiting: already recorded and done.
             Err(code) => return Ok(code),
@@ -288,10 +289,9 @@ impl Watcher<'_> {
         n: &Notice,
         notice_seq: u64,
         margin: f64,
+        need_remote: bool,
     ) -> Result<Result<Option<handoff::Published>, u8>> {
         let mut seen_len = 0u64;
-        let need_remote =
-            self.bucket.is_some() && self.preempt.as_ref().is_some_and(|a| a.cfg.require_remote);
         let mut newest: Option<handoff::Published> = None;
         let mut previous: Option<handoff::Published> = None;
         loop {

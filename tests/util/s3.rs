@@ -452,6 +452,12 @@ impl S3Server {
     /// [`missing`]: SKIPPED here, a failure under CI) when `moto_server` is not on PATH.
     /// Panics, with moto's output, when it is there but does not come up.
     pub fn start(test: &str) -> Option<S3Server> {
+        S3Server::start_with(test, &[])
+    }
+
+    /// [`S3Server::start`] with variables for moto (e.g. `INITIAL_NO_AUTH_ACTION_COUNT`, after
+    /// which moto checks the access key: a real 403 for credentials it does not know).
+    pub fn start_with(test: &str, vars: &[(&str, &str)]) -> Option<S3Server> {
         let Some(moto) = on_path("moto_server") else {
             missing(test, "moto_server", "pip install 'moto[server]'");
             return None;
@@ -474,6 +480,7 @@ impl S3Server {
             for k in cleared_vars() {
                 cmd.env_remove(k);
             }
+            cmd.envs(vars.iter().copied());
             {
                 use std::os::unix::process::CommandExt;
                 // SAFETY: prctl(2) between fork and exec only sets a flag on the child; it
