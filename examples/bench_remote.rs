@@ -13,6 +13,7 @@
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -215,6 +216,8 @@ fn main() {
         up / aw,
         100.0 * ver / rw
     );
-    let _ = moto.kill();
+    // The whole group: `timeout` and moto under it.
+    // SAFETY: kill(2) on our own child's process group; no memory is touched.
+    unsafe { libc::kill(-(moto.id() as i32), libc::SIGKILL) };
     let _ = moto.wait();
 }

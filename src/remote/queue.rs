@@ -437,6 +437,20 @@ fn work(dest: &Path, store: &dyn Store, remote: &Remote, mut job: Job) -> Result
             }
         }
     }
+    let last = ledger
+        .records()
+        .ok()
+        .and_then(|rs| {
+            rs.iter()
+                .rev()
+                .find(|r| {
+                    r.kind == Kind::Remote
+                        && r.str_field("upload_id") == Some(job.id.as_str())
+                        && matches!(r.str_field("event"), Some("failed") | Some("mismatch"))
+                })
+                .and_then(|r| r.str_field("error").map(str::to_string))
+        })
+        .unwrap_or_default();
     record(
         &ledger,
         &job,
@@ -445,7 +459,9 @@ fn work(dest: &Path, store: &dyn Store, remote: &Remote, mut job: Job) -> Result
             ("url", json!(url)),
             (
                 "error",
-                json!(format!("{TRIES} attempts did not give a verified copy")),
+                json!(format!(
+                    "{TRIES} attempts did not give a verified copy; the last: {last}"
+                )),
             ),
             (
                 "reason",

@@ -6,6 +6,7 @@
 //! machines racing on latest.json); the fresh-machine resume; `roger fetch`; the preemption
 //! hand-off; and that no secret reaches the ledger, a report, status or stderr.
 
+mod creds;
 mod faults;
 mod fresh;
 
