@@ -83,6 +83,7 @@ fn main() {
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        .process_group(0)
         .spawn()
         .expect("moto_server (pip install 'moto[server]')");
     let endpoint = format!("http://127.0.0.1:{port}");
