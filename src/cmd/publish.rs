@@ -114,7 +114,7 @@ struct Target {
     rollback_margin: u64,
     config: Option<PathBuf>,
     detach: bool,
-    remote: Option<crate::remote::Remote>,
+    remote: Option<crate::config::remote::Remote>,
 }
 
 fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
@@ -145,7 +145,7 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
             rollback_margin: c.watch.rollback_margin_steps,
             config: Some(c.path.clone()),
             detach: c.publish.detach,
-            remote: crate::remote::Remote::from(
+            remote: crate::config::remote::Remote::from(
                 args.remote.as_deref().or(c.publish.remote.as_deref()),
                 &c.remote,
             )?,
@@ -179,9 +179,9 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
                 rollback_margin: 0,
                 config: None,
                 detach: false,
-                remote: crate::remote::Remote::from(
+                remote: crate::config::remote::Remote::from(
                     args.remote.as_deref(),
-                    &crate::remote::RemoteConfig::default(),
+                    &crate::config::remote::RemoteConfig::default(),
                 )?,
             }
         }
@@ -286,7 +286,8 @@ pub fn run(global: &Global, mut args: PublishArgs) -> Result<u8> {
         }
     }
     let _progress = publish::progress::on_terminal();
-    let outcome = publish::publish(&req, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
+    let mut outcome = publish::publish(&req, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
+    crate::remote::queue::after_publish(&req, &mut outcome)?;
     drop(_progress);
     if args.json {
         outln!("{}", serde_json::to_string(&outcome)?);

@@ -219,7 +219,12 @@ fn wait_uploads(
 pub(super) fn drain(dest: &Path, json: bool) -> Result<u8> {
     let dest =
         std::fs::canonicalize(dest).with_context(|| format!("destination {}", dest.display()))?;
-    let done = publish::publisher::drain(&dest, disk_probe()?.as_ref(), &crate::sys::SystemClock)?;
+    let done = publish::publisher::drain(
+        &dest,
+        disk_probe()?.as_ref(),
+        &crate::sys::SystemClock,
+        &crate::remote::queue::after_publish,
+    )?;
     if json {
         outln!("{}", serde_json::to_string(&done)?);
     }

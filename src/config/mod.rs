@@ -8,6 +8,7 @@ pub mod hygiene;
 pub mod notify;
 pub mod preempt;
 pub mod ranks;
+pub mod remote;
 mod schedule_rules;
 pub mod units;
 mod validate;
@@ -90,7 +91,7 @@ struct RawConfig {
     ranks: ranks::RanksConfig,
     preempt: Option<preempt::PreemptConfig>,
     #[serde(default)]
-    remote: crate::remote::RemoteConfig,
+    remote: remote::RemoteConfig,
 }
 
 /// A loaded, validated roger.toml with paths resolved against its directory.
@@ -122,7 +123,7 @@ pub struct Config {
     /// `[preempt]`: the notice hand-off; None when the section is not written.
     pub preempt: Option<preempt::PreemptConfig>,
     /// `[remote]`: how to reach the bucket `[publish] remote` names.
-    pub remote: crate::remote::RemoteConfig,
+    pub remote: remote::RemoteConfig,
 }
 
 impl Config {

@@ -109,7 +109,7 @@ pub(super) fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
         .check()
         .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     if let Some(url) = raw.publish.as_ref().and_then(|p| p.remote.as_deref()) {
-        crate::remote::Target::parse(url)
+        super::remote::Target::parse(url)
             .map_err(|e| anyhow::anyhow!("{file}: [publish] {e:#}"))?;
     }
     if let Some(s) = &raw.schedule {

@@ -65,7 +65,7 @@ pub fn check(
     let with_save_time = costs.iter().filter(|c| c.1).count();
     let mut v: Vec<f64> = costs.iter().map(|c| c.0).collect();
     let upload = remote
-        .then(|| crate::remote::records::upload_p95(records, run))
+        .then(|| crate::checkpoints::bucket::upload_p95(records, run))
         .flatten();
     let p = p95(&mut v) + upload.unwrap_or(0.0);
     let (window_s, of) = window;

@@ -68,10 +68,11 @@ pub struct Request {
     /// queued, and the records carry the queue id.
     #[serde(default)]
     pub queue: Option<queue::Ticket>,
-    /// The bucket the checkpoint also goes to (queued for the uploader once it is published
-    /// here); retention then never prunes a local copy whose bucket copy is not verified.
+    /// The bucket the checkpoint also goes to (the caller queues it for the uploader once it
+    /// is published here: `remote::queue::after_publish`); retention then never prunes a
+    /// local copy whose bucket copy is not verified.
     #[serde(default)]
-    pub remote: Option<crate::remote::Remote>,
+    pub remote: Option<crate::config::remote::Remote>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -351,32 +352,6 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
     place::remove_stale_prev(&dest, &name);
     recover::clear_intent(&dest);
     timings.commit += ms(t);
-    // Local first, then the bucket: queued durably (with its record) for the uploader.
-    let remote_queued = match &req.remote {
-        Some(r) => {
-            crate::remote::queue::enqueue(
-                &dest,
-                r,
-                &ledger,
-                &req.run,
-                &target,
-                &sha256,
-                size,
-                step,
-                req.rollback_margin,
-            )
-            .with_context(|| {
-                format!(
-                    "{} is published and recorded, but queueing it for {} failed",
-                    target.display(),
-                    r.target.url()
-                )
-            })?;
-            Some(r.target.object_url(&r.target.checkpoint_key(&name)))
-        }
-        None => None,
-    };
-
     // Still under the publish lock.
     let (pruned, kept) = match &req.retention {
         Some(policy) => {
@@ -390,9 +365,6 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         }
         None => Default::default(),
     };
-    if req.remote.is_some() {
-        crate::remote::queue::resume(&dest);
-    }
     timings.total = ms(started);
     Ok(Outcome {
         path: target,
@@ -417,7 +389,8 @@ pub fn publish(req: &Request, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result
         ledger: req.ledger.clone(),
         ledger_seq: rec.seq,
         timings_ms: timings,
-        remote_queued,
+        // The caller queues it for the bucket (`remote::queue::after_publish`).
+        remote_queued: None,
     })
 }
 

@@ -147,7 +147,13 @@ pub struct Drained {
 /// The publisher: take the publisher lock (or leave it to the one holding it), work the queue
 /// off, and before leaving look once more after releasing the lock, so an entry queued while
 /// it was finishing is never stranded (its caller's publisher found the lock held).
-pub fn drain(dest: &Path, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result<Option<Drained>> {
+/// `then` runs after each publish (the bucket's queue: `remote::queue::after_publish`).
+pub fn drain(
+    dest: &Path,
+    disk: &dyn DiskProbe,
+    clock: &dyn Clock,
+    then: &dyn Fn(&super::Request, &mut super::Outcome) -> Result<()>,
+) -> Result<Option<Drained>> {
     let mut total = Drained::default();
     let mut ran = false;
     loop {
@@ -188,7 +194,7 @@ pub fn drain(dest: &Path, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result<Opt
             let Some(q) = entries.into_iter().next() else {
                 break;
             };
-            match process(dest, &q, disk, clock)? {
+            match process(dest, &q, disk, clock, then)? {
                 Ended::Published { .. } => total.published += 1,
                 Ended::Rejected { .. } => total.rejected += 1,
             }
@@ -202,7 +208,13 @@ pub fn drain(dest: &Path, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result<Opt
 }
 
 /// Publish one queued entry (or find that a record already ended it), then remove it.
-fn process(dest: &Path, q: &Queued, disk: &dyn DiskProbe, clock: &dyn Clock) -> Result<Ended> {
+fn process(
+    dest: &Path,
+    q: &Queued,
+    disk: &dyn DiskProbe,
+    clock: &dyn Clock,
+    then: &dyn Fn(&super::Request, &mut super::Outcome) -> Result<()>,
+) -> Result<Ended> {
     let ledger = Ledger::new(&q.request.ledger);
     // A publish of this entry interrupted after its rename is finished here (its intent
     // carries the queue id), so it is not done twice.
@@ -233,6 +245,7 @@ fn process(dest: &Path, q: &Queued, disk: &dyn DiskProbe, clock: &dyn Clock) -> 
             } else {
                 super::publish(&q.request, disk, clock)
             };
+            let result = result.and_then(|mut o| then(&q.request, &mut o).map(|()| o));
             match result {
                 Ok(o) => {
                     eprintln!(

@@ -146,6 +146,104 @@ pub fn enqueue(
     Ok(job)
 }
 
+/// After a local publish with a bucket: queue the checkpoint (and any earlier one of this
+/// destination that was published but never queued — a crash between its publish and its
+/// queueing), then make sure an uploader runs. Sets `remote_queued`.
+pub fn after_publish(
+    req: &crate::publish::Request,
+    out: &mut crate::publish::Outcome,
+) -> Result<()> {
+    let Some(r) = &req.remote else {
+        return Ok(());
+    };
+    let ledger = Ledger::new(&req.ledger);
+    let dest = &out.dir;
+    catch_up(dest, r, &ledger, &req.run, req.rollback_margin)?;
+    if !queued_or_sent(&ledger.records()?, &req.run, &out.path) {
+        enqueue(
+            dest,
+            r,
+            &ledger,
+            &req.run,
+            &out.path,
+            &out.sha256,
+            out.size,
+            out.step,
+            req.rollback_margin,
+        )
+        .with_context(|| {
+            format!(
+                "{} is published and recorded, but queueing it for {} failed",
+                out.path.display(),
+                r.target.url()
+            )
+        })?;
+    }
+    let name = out
+        .path
+        .strip_prefix(dest)
+        .unwrap_or(&out.path)
+        .to_string_lossy()
+        .to_string();
+    out.remote_queued = Some(r.target.object_url(&r.target.checkpoint_key(&name)));
+    resume(dest);
+    Ok(())
+}
+
+/// Whether the ledger has this checkpoint queued for, or verified in, the bucket since its
+/// newest publish record (a re-publish under the same name is a new checkpoint).
+fn queued_or_sent(records: &[Record], run: &str, path: &Path) -> bool {
+    let p = path.display().to_string();
+    let is = |r: &Record| r.run == run && r.str_field("path") == Some(p.as_str());
+    let last_publish = records
+        .iter()
+        .rposition(|r| r.kind == Kind::Publish && is(r));
+    let last_remote = records.iter().rposition(|r| {
+        r.kind == Kind::Remote
+            && is(r)
+            && matches!(r.str_field("event"), Some("queued") | Some("verified"))
+    });
+    last_remote.is_some() && last_remote > last_publish
+}
+
+/// Queue what this destination published for `run` with no queue or bucket record after its
+/// publish (and whose file is still here).
+pub fn catch_up(
+    dest: &Path,
+    remote: &Remote,
+    ledger: &Ledger,
+    run: &str,
+    rollback_margin: u64,
+) -> Result<usize> {
+    let records = ledger.records()?;
+    let dest_abs = std::fs::canonicalize(dest).unwrap_or_else(|_| dest.to_path_buf());
+    let mut n = 0;
+    for c in crate::checkpoints::published(&records, run) {
+        if c.path.parent() != Some(dest_abs.as_path()) || !c.path.exists() {
+            continue;
+        }
+        if queued_or_sent(&records, run, &c.path) {
+            continue;
+        }
+        if pending(dest)?.iter().any(|j| j.path == c.path) {
+            continue;
+        }
+        enqueue(
+            dest,
+            remote,
+            ledger,
+            run,
+            &c.path,
+            &c.sha256,
+            c.size,
+            c.step,
+            rollback_margin,
+        )?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// Whether an uploader holds the lock of `dest`.
 pub fn running(dest: &Path) -> bool {
     dir(dest).is_dir()

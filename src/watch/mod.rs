@@ -138,7 +138,19 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
     let carried = bucket
         .as_ref()
         .and_then(|b| b.rebuild(&ledger, &cfg.run.name));
-    if let (Some(_), Ok(dir)) = (&bucket, cfg.checkpoint_dir()) {
+    if let (Some(b), Ok(dir)) = (&bucket, cfg.checkpoint_dir()) {
+        // Published here but never queued (a crash in between): queued now.
+        if dir.is_dir() {
+            if let Err(e) = crate::remote::queue::catch_up(
+                &dir,
+                &b.remote,
+                &ledger,
+                &cfg.run.name,
+                cfg.watch.rollback_margin_steps,
+            ) {
+                eprintln!("roger: warning: queueing for {}: {e:#}", b.remote.target.url());
+            }
+        }
         crate::remote::queue::resume(&dir);
     }
     let records = ledger.records()?;

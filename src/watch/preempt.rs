@@ -306,8 +306,8 @@ impl Watcher<'_> {
                 });
                 // With a bucket (and require_remote), a save counts once its copy there is
                 // verified: the local disk may go with the machine.
-                let copies =
-                    need_remote.then(|| crate::remote::records::verified(&records, &self.run_name));
+                let copies = need_remote
+                    .then(|| crate::checkpoints::bucket::verified(&records, &self.run_name));
                 // Re-hash only when a candidate landed (or once, for the previous one).
                 if fresh || previous.is_none() {
                     let c = crate::checkpoints::last_good(
@@ -316,7 +316,7 @@ impl Watcher<'_> {
                         None,
                         &mut |c: &crate::checkpoints::Checkpoint| {
                             if let Some(copies) = &copies {
-                                if crate::remote::records::copy_of(copies, c).is_none() {
+                                if crate::checkpoints::bucket::copy_of(copies, c).is_none() {
                                     return Err("its bucket copy is not verified (yet)".into());
                                 }
                             }

@@ -38,11 +38,11 @@ pub fn after_publish(
     let mut plan = super::plan(&records, &req.run, dir, policy, &guard, &mut verifies);
     if let Some(r) = &req.remote {
         // A local copy goes only once its bucket copy is verified.
-        let copies = crate::remote::records::verified(&records, &req.run);
+        let copies = crate::checkpoints::bucket::verified(&records, &req.run);
         let (keep, go): (Vec<_>, Vec<_>) = plan
             .candidates
             .into_iter()
-            .partition(|c| crate::remote::records::copy_of(&copies, &c.checkpoint).is_none());
+            .partition(|c| crate::checkpoints::bucket::copy_of(&copies, &c.checkpoint).is_none());
         plan.candidates = go;
         plan.spared.extend(keep.into_iter().map(|c| super::Protected {
             path: c.checkpoint.path,

@@ -9,6 +9,8 @@
 //! publish: `path` (absolute), `sha256`, `size`; prune: `path`; quarantine: `original_path`;
 //! release: `restored_to`; verdict: `status`.
 
+pub mod bucket;
+
 use crate::ledger::{Kind, Record};
 use serde::Serialize;
 use std::collections::HashSet;
