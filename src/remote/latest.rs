@@ -21,6 +21,9 @@ pub struct RemoteLatest {
     pub url: String,
     /// The ETag of each object of the checkpoint (one for a file).
     pub etags: Vec<String>,
+    /// Their version ids, where the bucket keeps versions (null otherwise).
+    #[serde(default)]
+    pub versions: Vec<Option<String>>,
     pub verified_at: String,
 }
 
@@ -111,6 +114,7 @@ mod tests {
             published_at: at.into(),
             url: String::new(),
             etags: vec![],
+            versions: vec![],
             verified_at: at.into(),
         }
     }

@@ -460,7 +460,7 @@ fn work(dest: &Path, store: &dyn Store, remote: &Remote, mut job: Job) -> Result
                     "roger: {} verified in the bucket as {url} ({} bytes, {} part(s), upload {:.1}s, verify {:.1}s)",
                     job.path.display(), job.size, s.parts, s.upload_s, s.verify_s
                 );
-                after_verified(dest, store, remote, &ledger, &job, s.etags)?;
+                after_verified(dest, store, remote, &ledger, &job, s.etags, s.versions)?;
                 std::fs::remove_file(job_path(dest, &job.id))?;
                 fsx::fsync_dir(&dir(dest))?;
                 return Ok(Step::Done);
@@ -586,6 +586,7 @@ fn after_verified(
     ledger: &Ledger,
     job: &Job,
     etags: Vec<String>,
+    versions: Vec<Option<String>>,
 ) -> Result<()> {
     use serde_json::json;
     let url = remote
@@ -599,6 +600,7 @@ fn after_verified(
         published_at: job.published_at.clone(),
         url: url.clone(),
         etags,
+        versions,
         verified_at: chrono::Utc::now().to_rfc3339(),
     };
     match latest::advance(store, &remote.target, &ours) {

@@ -67,6 +67,8 @@ pub struct Sent {
     /// Bytes read back from the bucket to verify (0 with verify = "checksum").
     pub verify_bytes: u64,
     pub etags: Vec<String>,
+    /// The objects' version ids, where the bucket keeps versions.
+    pub versions: Vec<Option<String>>,
 }
 
 /// The verify segment for a file of `size` bytes: about two per connection, 8 to 64 MiB.
@@ -85,7 +87,7 @@ pub fn put_file(
     part: &Part,
     cfg: &RemoteConfig,
     started: &mut dyn FnMut(&str, &str) -> Result<()>,
-) -> Result<(Marks, String, usize)> {
+) -> Result<(Marks, super::store::Meta, usize)> {
     let mut f = std::fs::File::open(&part.path)
         .with_context(|| format!("opening {}", part.path.display()))?;
     let size = f.metadata()?.len();
@@ -97,7 +99,7 @@ pub fn put_file(
             .with_context(|| format!("reading {}", part.path.display()))?;
         h.update(&buf);
         let m = store.put(&part.key, buf, Cond::Overwrite)?;
-        return Ok((h.finish(), m.etag.unwrap_or_default(), 1));
+        return Ok((h.finish(), m, 1));
     }
     let upload = store.create_multipart(&part.key)?;
     started(&part.key, &upload)?;
@@ -170,7 +172,7 @@ pub fn put_file(
             return Err(e.into());
         }
     };
-    Ok((h.finish(), m.etag.unwrap_or_default(), n))
+    Ok((h.finish(), m, n))
 }
 
 fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -277,10 +279,11 @@ pub fn send(
     let mut sent = Sent::default();
     let mut marks = Vec::new();
     for p in &files {
-        let (m, etag, parts) = put_file(store, p, cfg, started)?;
+        let (m, meta, parts) = put_file(store, p, cfg, started)?;
         sent.bytes += m.size;
         sent.parts += parts;
-        sent.etags.push(etag);
+        sent.etags.push(meta.etag.unwrap_or_default());
+        sent.versions.push(meta.version);
         marks.push(m);
     }
     let local_digests: Vec<FileDigest> = files

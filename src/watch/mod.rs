@@ -148,7 +148,10 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
                 &cfg.run.name,
                 cfg.watch.rollback_margin_steps,
             ) {
-                eprintln!("roger: warning: queueing for {}: {e:#}", b.remote.target.url());
+                eprintln!(
+                    "roger: warning: queueing for {}: {e:#}",
+                    b.remote.target.url()
+                );
             }
         }
         crate::remote::queue::resume(&dir);

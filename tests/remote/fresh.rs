@@ -122,7 +122,8 @@ fn a_new_machine_resumes_from_the_bucket_with_the_ledger_and_the_budget_of_the_o
     let c = Env::new();
     c.write(
         "roger.toml",
-        config_text.replace("max_relaunches = 2", "max_relaunches = 10"),
+        config_text.replace("max_relaunches = 2", "max_relaunches = 10")
+            + "[export]\ntextfile = \"roger.prom\"\n",
     );
     let mut w = watch(&c, &["--steps", "60", "--step-ms", "20"]);
     let st = wait_child(&mut w, LIMIT);
@@ -132,6 +133,13 @@ fn a_new_machine_resumes_from_the_bucket_with_the_ledger_and_the_budget_of_the_o
     run(&c, &["--config", "roger.toml", "ledger", "verify"]).expect(0);
     wait(&c).expect(0);
     assert_eq!(remote_latest(&s).unwrap()["step"], 60);
+    // The watch's Prometheus textfile has the bucket side.
+    let prom = c.read("roger.prom");
+    assert!(
+        prom.contains("roger_remote_verified_step{run=\"r1\",source=\"watch\"}"),
+        "{prom}"
+    );
+    assert!(prom.contains("roger_remote_queued{"), "{prom}");
 }
 
 #[test]
