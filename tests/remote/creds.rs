@@ -214,6 +214,14 @@ fn a_web_identity_token_is_exchanged_for_keys_as_irsa_sets_it() {
     let Some(s) = server("a_web_identity_token_is_exchanged") else {
         return;
     };
+    if s3::on_path("openssl").is_none() {
+        crate::util::missing(
+            "a_web_identity_token_is_exchanged",
+            "openssl",
+            "apt-get install openssl",
+        );
+        return;
+    }
     let env = Env::new();
     config(&env, &s.endpoint(), "");
     let sts = sts(&env);
