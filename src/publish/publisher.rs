@@ -14,9 +14,8 @@ use crate::sys::disk::DiskProbe;
 use crate::sys::Clock;
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant};
 
 /// How a queued publish ended, from its record.
@@ -77,33 +76,13 @@ pub fn roger_exe() -> Option<PathBuf> {
 /// `DEST/.roger-queue/publisher.log`. It exits by itself when the queue is empty, or at once
 /// when another publisher holds the lock. Returns its pid.
 pub fn spawn(dest: &Path, exe: &Path) -> Result<u32> {
-    let log_path = queue::dir(dest).join(queue::LOG);
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .with_context(|| format!("opening {}", log_path.display()))?;
-    let mut cmd = Command::new(exe);
-    cmd.args(["publish", "--drain", "--to"])
-        .arg(dest)
-        .current_dir(dest)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting the background publisher {}", exe.display()))?;
-    let pid = child.id();
-    // Reap it when it ends, should this process (a watch) still be alive then.
-    std::thread::spawn(move || child.wait());
-    Ok(pid)
+    crate::sys::detach::spawn(
+        exe,
+        &["publish", "--drain", "--to"],
+        dest,
+        &queue::dir(dest).join(queue::LOG),
+    )
+    .with_context(|| format!("starting the background publisher {}", exe.display()))
 }
 
 /// When work is queued in `dest` and no publisher runs (one crashed, or was killed), start one

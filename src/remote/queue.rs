@@ -256,33 +256,13 @@ pub fn running(dest: &Path) -> bool {
 /// Start `roger publish --upload-drain --to DEST` in its own session, output appended to
 /// `DEST/.roger-upload/uploader.log`.
 pub fn spawn(dest: &Path, exe: &Path) -> Result<u32> {
-    use std::os::unix::process::CommandExt;
-    let log_path = dir(dest).join(LOG);
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .with_context(|| format!("opening {}", log_path.display()))?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.args(["publish", "--upload-drain", "--to"])
-        .arg(dest)
-        .current_dir(dest)
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting the uploader {}", exe.display()))?;
-    let pid = child.id();
-    std::thread::spawn(move || child.wait());
-    Ok(pid)
+    crate::sys::detach::spawn(
+        exe,
+        &["publish", "--upload-drain", "--to"],
+        dest,
+        &dir(dest).join(LOG),
+    )
+    .with_context(|| format!("starting the uploader {}", exe.display()))
 }
 
 /// When jobs wait in `dest` and no uploader runs, start one. Returns how many wait.
@@ -578,6 +558,22 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(base << attempt.min(6))
 }
 
+/// A `failed` record for something after the upload (its error scrubbed of secrets).
+fn failed(ledger: &Ledger, job: &Job, url: &str, e: &anyhow::Error, reason: &str) -> Result<()> {
+    use serde_json::json;
+    record(
+        ledger,
+        job,
+        "failed",
+        vec![
+            ("url", json!(url)),
+            ("error", json!(super::store::scrub(&format!("{e:#}")))),
+            ("reason", json!(reason)),
+        ],
+    )
+    .map(|_| ())
+}
+
 /// After a verified copy: move latest.json, retention in the bucket, mirror the ledger.
 fn after_verified(
     dest: &Path,
@@ -634,24 +630,13 @@ fn after_verified(
                 ("resolved", json!("by step: the bucket's latest.json already names a newer (or the same) checkpoint, left as it is")),
             ])?;
         }
-        Err(e) => {
-            record(
-                ledger,
-                job,
-                "failed",
-                vec![
-                    (
-                        "url",
-                        json!(remote.target.object_url(&remote.target.latest_key())),
-                    ),
-                    ("error", json!(super::store::scrub(&format!("{e:#}")))),
-                    (
-                        "reason",
-                        json!("latest.json not moved; the checkpoint's copy is verified"),
-                    ),
-                ],
-            )?;
-        }
+        Err(e) => failed(
+            ledger,
+            job,
+            &remote.target.object_url(&remote.target.latest_key()),
+            &e,
+            "latest.json not moved; the checkpoint's copy is verified",
+        )?,
     }
     prune_bucket(dest, store, remote, ledger, job)?;
     match mirror::push(store, &remote.target, ledger.path()) {
@@ -665,24 +650,13 @@ fn after_verified(
             ])?;
         }
         Ok(_) => {}
-        Err(e) => {
-            record(
-                ledger,
-                job,
-                "failed",
-                vec![
-                    (
-                        "url",
-                        json!(remote.target.object_url(&remote.target.ledger_key())),
-                    ),
-                    ("error", json!(super::store::scrub(&format!("{e:#}")))),
-                    (
-                        "reason",
-                        json!("ledger mirror not updated; the next upload tries again"),
-                    ),
-                ],
-            )?;
-        }
+        Err(e) => failed(
+            ledger,
+            job,
+            &remote.target.object_url(&remote.target.ledger_key()),
+            &e,
+            "ledger mirror not updated; the next upload tries again",
+        )?,
     }
     Ok(())
 }
@@ -798,75 +772,6 @@ mod tests {
     use crate::remote::store::Memory;
     use std::sync::Arc;
 
-    struct Shared(Arc<Memory>);
-    impl Store for Shared {
-        fn describe(&self) -> String {
-            self.0.describe()
-        }
-        fn head(
-            &self,
-            k: &str,
-        ) -> super::super::store::StoreResult<Option<super::super::store::Meta>> {
-            self.0.head(k)
-        }
-        fn get(
-            &self,
-            k: &str,
-        ) -> super::super::store::StoreResult<Option<(Vec<u8>, super::super::store::Meta)>>
-        {
-            self.0.get(k)
-        }
-        fn get_range(&self, k: &str, a: u64, b: u64) -> super::super::store::StoreResult<Vec<u8>> {
-            self.0.get_range(k, a, b)
-        }
-        fn read_range(
-            &self,
-            k: &str,
-            a: u64,
-            b: u64,
-            sink: &mut crate::remote::store::Sink<'_>,
-        ) -> crate::remote::store::StoreResult<u64> {
-            self.0.read_range(k, a, b, sink)
-        }
-        fn put(
-            &self,
-            k: &str,
-            b: Vec<u8>,
-            c: super::super::store::Cond,
-        ) -> super::super::store::StoreResult<super::super::store::Meta> {
-            self.0.put(k, b, c)
-        }
-        fn create_multipart(&self, k: &str) -> super::super::store::StoreResult<String> {
-            self.0.create_multipart(k)
-        }
-        fn put_part(
-            &self,
-            k: &str,
-            u: &str,
-            i: usize,
-            b: Vec<u8>,
-        ) -> super::super::store::StoreResult<String> {
-            self.0.put_part(k, u, i, b)
-        }
-        fn complete_multipart(
-            &self,
-            k: &str,
-            u: &str,
-            p: Vec<String>,
-        ) -> super::super::store::StoreResult<super::super::store::Meta> {
-            self.0.complete_multipart(k, u, p)
-        }
-        fn abort_multipart(&self, k: &str, u: &str) -> super::super::store::StoreResult<()> {
-            self.0.abort_multipart(k, u)
-        }
-        fn delete(&self, k: &str) -> super::super::store::StoreResult<()> {
-            self.0.delete(k)
-        }
-        fn list(&self, p: &str) -> super::super::store::StoreResult<Vec<(String, u64)>> {
-            self.0.list(p)
-        }
-    }
-
     #[test]
     fn jobs_upload_verify_move_latest_prune_and_mirror() {
         std::env::set_var("ROGER_UPLOAD_BACKOFF_MS", "1");
@@ -906,10 +811,7 @@ mod tests {
         jobs[0].open.push(("run/checkpoints/ckpt-10.pt".into(), id));
         save(&dest, &jobs[0]).unwrap();
         let m2 = mem.clone();
-        let got = drain(&dest, &move |_| {
-            Ok(Box::new(Shared(m2.clone())) as Box<dyn Store>)
-        })
-        .unwrap();
+        let got = drain(&dest, &move |_| Ok(Box::new(m2.clone()) as Box<dyn Store>)).unwrap();
         assert_eq!(got.verified, 3);
         assert!(pending(&dest).unwrap().is_empty());
         assert_eq!(mem.uploads_open(), 0, "the interrupted upload was aborted");

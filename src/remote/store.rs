@@ -556,6 +556,46 @@ impl Store for Memory {
     }
 }
 
+/// A shared store is a store (tests hand one bucket to several users).
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+    fn head(&self, key: &str) -> StoreResult<Option<Meta>> {
+        (**self).head(key)
+    }
+    fn get(&self, key: &str) -> StoreResult<Option<(Vec<u8>, Meta)>> {
+        (**self).get(key)
+    }
+    fn get_range(&self, key: &str, start: u64, end: u64) -> StoreResult<Vec<u8>> {
+        (**self).get_range(key, start, end)
+    }
+    fn read_range(&self, key: &str, start: u64, end: u64, sink: &mut Sink<'_>) -> StoreResult<u64> {
+        (**self).read_range(key, start, end, sink)
+    }
+    fn put(&self, key: &str, body: Vec<u8>, cond: Cond) -> StoreResult<Meta> {
+        (**self).put(key, body, cond)
+    }
+    fn create_multipart(&self, key: &str) -> StoreResult<String> {
+        (**self).create_multipart(key)
+    }
+    fn put_part(&self, key: &str, upload: &str, idx: usize, body: Vec<u8>) -> StoreResult<String> {
+        (**self).put_part(key, upload, idx, body)
+    }
+    fn complete_multipart(&self, key: &str, upload: &str, parts: Vec<String>) -> StoreResult<Meta> {
+        (**self).complete_multipart(key, upload, parts)
+    }
+    fn abort_multipart(&self, key: &str, upload: &str) -> StoreResult<()> {
+        (**self).abort_multipart(key, upload)
+    }
+    fn delete(&self, key: &str) -> StoreResult<()> {
+        (**self).delete(key)
+    }
+    fn list(&self, prefix: &str) -> StoreResult<Vec<(String, u64)>> {
+        (**self).list(prefix)
+    }
+}
+
 /// Open the real bucket of a remote.
 pub fn open(remote: &Remote) -> Result<Box<dyn Store>> {
     Ok(Box::new(S3::open(remote)?))

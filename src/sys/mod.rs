@@ -4,6 +4,7 @@
 pub mod bounded;
 pub mod cgroup;
 pub mod clock;
+pub mod detach;
 pub mod disk;
 pub mod environ;
 pub mod fskind;
