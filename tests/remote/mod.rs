@@ -408,3 +408,62 @@ fn no_secret_reaches_the_ledger_a_report_status_or_stderr() {
 
 /// How long an upload may take here before a test gives up.
 pub(crate) const LIMIT: Duration = Duration::from_secs(120);
+
+#[test]
+fn a_sharded_directory_checkpoint_goes_up_file_by_file_and_comes_back_whole() {
+    let Some(s) = server("a_sharded_directory_checkpoint") else {
+        return;
+    };
+    let env = Env::new();
+    config(&env, &s.endpoint(), "");
+    env.write(
+        "staging/checkpoint-30/model-00001-of-00002.safetensors.bin",
+        bytes(6 << 20, 1),
+    );
+    env.write(
+        "staging/checkpoint-30/model-00002-of-00002.safetensors.bin",
+        bytes(4000, 2),
+    );
+    env.write(
+        "staging/checkpoint-30/optimizer/state.bin",
+        bytes(70_000, 3),
+    );
+    run(
+        &env,
+        &[
+            "--config",
+            "roger.toml",
+            "publish",
+            "staging/checkpoint-30",
+            "--step",
+            "30",
+        ],
+    )
+    .expect(0);
+    wait(&env).expect(0);
+    let keys = s.list(BUCKET, &format!("{PREFIX}/checkpoints/checkpoint-30/"));
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    let v = records(&env)
+        .into_iter()
+        .find(|r| r.str_field("event") == Some("verified"))
+        .unwrap();
+    assert_eq!(v.get("dir"), Some(&serde_json::json!(true)));
+    // Another machine gets it back whole, hashed to the directory's recorded digest.
+    let other = Env::new();
+    other.write("roger.toml", env.read("roger.toml"));
+    run(
+        &other,
+        &["--config", "roger.toml", "fetch", "--to", "restore"],
+    )
+    .expect(0)
+    .stdout_has("step 30");
+    assert_eq!(
+        std::fs::read(other.path("restore/checkpoint-30/optimizer/state.bin")).unwrap(),
+        bytes(70_000, 3)
+    );
+    assert_eq!(
+        std::fs::read(other.path("restore/checkpoint-30/model-00001-of-00002.safetensors.bin"))
+            .unwrap(),
+        bytes(6 << 20, 1)
+    );
+}
