@@ -2,7 +2,7 @@
 //! failed by the critic at step 210 and rolled back to its checkpoint of step 140, then healed.
 //! The verdict is the real critic's (`roger critic --once` over the log as it stood at 210); the
 //! kill, relaunch and launch records carry the fields the watch writes (src/watch/actions.rs,
-//! relaunch.rs). The page is read by the real headless Chromium: the loss axis goes log so the
+//! relaunch.rs); a second `critic --once` over the healed log passes it. The page is read by the real headless Chromium: the loss axis goes log so the
 //! declared band [0, 50] keeps its height, the incident says when the divergence began, was
 //! detected and where it was rolled back to, and only the series the log has get a panel.
 
@@ -80,7 +80,6 @@ fn night() -> Night {
     assert_eq!((began, detected), (150, 210), "{verdict:?}");
     // The watch's side, as it writes it: the kill names the verdict, the relaunch resumes from
     // the checkpoint before the onset (rollback_margin_steps = 10), then the new launch.
-    let at = |s: i64| now + chrono::Duration::seconds(s);
     let kill = Entry::new(Kind::Kill, "watch", RUN)
         .step(Some(detected))
         .field("reason", "divergence")
@@ -98,7 +97,7 @@ fn night() -> Night {
                 verdict.seq
             )],
         );
-    ledger.append(kill, at(1)).unwrap();
+    ledger.append(kill, chrono::Utc::now()).unwrap();
     let rolled_back_to = 140;
     let relaunch = Entry::new(Kind::Relaunch, "watch", RUN)
         .step(Some(rolled_back_to))
@@ -107,11 +106,12 @@ fn night() -> Night {
         .field("ckpt_step", rolled_back_to)
         .field("diverged_at", began)
         .field("backoff_s", 1.0);
-    ledger.append(relaunch, at(2)).unwrap();
+    ledger.append(relaunch, chrono::Utc::now()).unwrap();
     let launched = Entry::new(Kind::Watch, "watch", RUN).field("event", "launched");
-    ledger.append(launched, at(3)).unwrap();
-    // The healed run: from 141 to the end, healthy again.
-    let t0 = now.timestamp() as f64 + 4.0;
+    let launched = ledger.append(launched, chrono::Utc::now()).unwrap();
+    // The healed run: from 141 to the end, healthy again (the ledger's stamps are the clock's,
+    // in order with the critic's; the new launch's steps follow its launch record).
+    let t0 = launched.ts.timestamp_millis() as f64 / 1000.0 + 1.0;
     let rest: String = (141..=300)
         .map(|s| line(s, healthy(s), t0 + (s - 141) as f64))
         .collect();
@@ -120,6 +120,9 @@ fn night() -> Night {
         .open(env.path("train.jsonl"))
         .and_then(|mut f| std::io::Write::write_all(&mut f, rest.as_bytes()))
         .unwrap();
+    // The critic again, over the healed run: the fail is cleared.
+    let c = env.run(&["critic", "--once"]);
+    assert_eq!(c.code(), 0, "the healed run passes\n{}", c.report());
     let now = (now + chrono::Duration::seconds(200)).to_rfc3339();
     let r = report(&env, Some(&now), &["--out", "page.html"]);
     assert!((0..=3).contains(&r.code()), "{}", r.report());
