@@ -78,7 +78,7 @@ fn onset(verdict: &Record) -> Option<u64> {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Marker {
     pub step: u64,
-    /// kill, rollback, relaunch, breaker, rejected, xid.
+    /// kill, rollback, onset (where a divergence began), relaunch, breaker, rejected, xid.
     pub kind: String,
     pub label: String,
     pub seq: u64,
@@ -241,6 +241,18 @@ impl Events {
                         incidents.len() - 1,
                         p.and_then(|p| p.before).map_or(unix(r.ts), |b| b.1),
                     ));
+                    // Where the bad stretch began, beside where it was caught.
+                    if let Some(b) = began_at {
+                        markers.push(Marker {
+                            step: b,
+                            kind: "onset".into(),
+                            label: format!(
+                                "diverged #{}",
+                                r.u64_field("verdict_seq").unwrap_or(r.seq)
+                            ),
+                            seq: r.seq,
+                        });
+                    }
                     markers.push(Marker {
                         step: step_at(r).unwrap_or(0),
                         kind: if kind == "divergence" {

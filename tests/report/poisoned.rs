@@ -2,9 +2,10 @@
 //! failed by the critic at step 210 and rolled back to its checkpoint of step 140, then healed.
 //! The verdict is the real critic's (`roger critic --once` over the log as it stood at 210); the
 //! kill, relaunch and launch records carry the fields the watch writes (src/watch/actions.rs,
-//! relaunch.rs); a second `critic --once` over the healed log passes it. The page is read by the real headless Chromium: the loss axis goes log so the
-//! declared band [0, 50] keeps its height, the incident says when the divergence began, was
-//! detected and where it was rolled back to, and only the series the log has get a panel.
+//! relaunch.rs); a second `critic --once` over the healed log passes it. The page is read by
+//! the real headless Chromium: the loss axis goes log so the declared band [0, 50] keeps its
+//! height, the incident says when the divergence began, was detected and where it was rolled
+//! back to, and only the series the log has get a panel.
 
 use super::{browser, chromium, model, report};
 use crate::util::Env;
@@ -207,10 +208,15 @@ fn a_divergence_incident_says_when_it_began_was_detected_and_where_it_rolled_bac
     let script = r#"
 const row = document.querySelector('tr.incident.k-divergence');
 document.body.setAttribute('data-row', row ? row.textContent : 'none');
+const onset = document.querySelector('figure[data-metric="loss"] line.mark.onset title');
+document.body.setAttribute('data-onset', onset ? onset.textContent : 'none');
 "#;
     if let Some(dom) = dom(&n, script) {
         let row = probed(&dom, "row");
         assert!(row.contains(&expected), "the incident row: {row}");
+        // And on the plots, a line where it began, beside the rollback line where it was caught.
+        let onset = probed(&dom, "onset");
+        assert!(onset.ends_with(&format!(" at step {}", n.began)), "{onset}");
     }
     // The model and the digest carry the same numbers as the page.
     let m = model(&n.env, Some(&n.now));
