@@ -21,7 +21,9 @@ pub struct Incident {
     /// A divergence or critic fail: the step it began at, from the verdict (the earliest
     /// `diverged_at`/`began_at` of its failing checks, as checkpoint trust reads it).
     pub began_at: Option<u64>,
-    /// A divergence: where the relaunch resumed; `Some(None)` when it started from scratch.
+    /// A divergence: where the relaunch resumed; `Some(None)` (JSON `null`) when it started
+    /// from scratch, left out of the JSON when there was no relaunch (or no divergence).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub rolled_back_to: Option<Option<u64>>,
     /// What was seen, in one sentence with its numbers.
     pub what: String,

@@ -408,3 +408,72 @@ fn a_log_axis_says_where_values_at_or_below_zero_went() {
     // The declared band [1, 12] of the first phase keeps a band's height, not a line.
     assert!(page.contains("class=\"band\""));
 }
+
+fn verdict_fail(step: u64, checks: serde_json::Value) -> Entry {
+    Entry::new(Kind::Verdict, "critic", "r")
+        .step(Some(step))
+        .field("status", "fail")
+        .field("checks", checks)
+}
+
+fn divergence_kill(step: u64, verdict_seq: u64, diverged_at: u64) -> Entry {
+    Entry::new(Kind::Kill, "watch", "r")
+        .step(Some(step))
+        .field("reason", "divergence")
+        .field("targets", json!([{"pid": 1}]))
+        .field("verdict_seq", verdict_seq)
+        .field("verdict_step", step)
+        .field("diverged_at", diverged_at)
+        .field("reasons", json!(["critic fail"]))
+}
+
+#[test]
+fn a_divergence_begins_at_the_earliest_onset_of_its_verdicts_failing_checks() {
+    let c = cfg("");
+    // Two failing checks: the grad norm went first (140), the loss followed (150); a passing
+    // check's onset does not count. The kill names one check's (150), as the watch does.
+    let recs = ledger(vec![
+        (0.0, watch("start")),
+        (
+            211.0,
+            verdict_fail(
+                210,
+                json!([
+                    {"check": "loss", "status": "fail", "diverged_at": 150},
+                    {"check": "grad_norm", "status": "fail", "diverged_at": 140},
+                    {"check": "lr", "status": "pass", "diverged_at": 10},
+                ]),
+            ),
+        ),
+        (212.0, divergence_kill(210, 2, 150)),
+        (
+            213.0,
+            Entry::new(Kind::Relaunch, "watch", "r")
+                .field("attempt", 1)
+                .field("ckpt_step", serde_json::Value::Null),
+        ),
+        (214.0, watch("launched")),
+    ]);
+    let s = samples(0..211, 0.0, 5.0);
+    let night = Night::gather(&inputs(&c, &recs, 300.0), &s);
+    let div = &night.incidents[0];
+    assert_eq!(div.kind, "divergence");
+    assert_eq!(
+        div.timeline().as_deref(),
+        Some("began at step 140, detected at step 210, restarted from scratch")
+    );
+    // Without its verdict in the ledger (a copied ledger tail), the kill's own onset.
+    let recs = ledger(vec![
+        (0.0, watch("start")),
+        (212.0, divergence_kill(210, 99, 150)),
+    ]);
+    let night = Night::gather(&inputs(&c, &recs, 300.0), &s);
+    assert_eq!(
+        night.incidents[0].timeline().as_deref(),
+        Some("began at step 150, detected at step 210")
+    );
+    // A wedge has no such story: its row keeps the plain step.
+    let (c, recs, s) = wedge_night();
+    let night = Night::gather(&inputs(&c, &recs, 250.0), &s);
+    assert_eq!(night.incidents[0].timeline(), None);
+}
