@@ -16,7 +16,15 @@ pub struct Incident {
     /// wedge, crash, zombie, divergence, rejected publish, disk, xid, breaker, critic fail.
     pub kind: String,
     pub detected: DateTime<Utc>,
+    /// The step it was detected at (a divergence: the failing verdict's own step).
     pub step: Option<u64>,
+    /// A divergence or critic fail: the step it began at, from the verdict (the earliest
+    /// `diverged_at`/`began_at` of its failing checks, as checkpoint trust reads it).
+    pub began_at: Option<u64>,
+    /// A divergence: where the relaunch resumed; `Some(None)` (JSON `null`) when it started
+    /// from scratch, left out of the JSON when there was no relaunch (or no divergence).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolled_back_to: Option<Option<u64>>,
     /// What was seen, in one sentence with its numbers.
     pub what: String,
     /// What roger did about it, in order.
@@ -28,11 +36,51 @@ pub struct Incident {
     pub evidence: Vec<String>,
 }
 
+impl Incident {
+    /// "began at step 150, detected at step 210, rolled back to step 140": the numbers a
+    /// reader needs to know which data and which checkpoints to distrust. `None` for incidents
+    /// that are not about a divergence.
+    pub fn timeline(&self) -> Option<String> {
+        if self.began_at.is_none() && self.rolled_back_to.is_none() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if let Some(b) = self.began_at {
+            parts.push(format!("began at step {b}"));
+        }
+        if let Some(d) = self.step {
+            parts.push(format!("detected at step {d}"));
+        }
+        match self.rolled_back_to {
+            Some(Some(s)) => parts.push(format!("rolled back to step {s}")),
+            Some(None) => parts.push("restarted from scratch".into()),
+            None => {}
+        }
+        Some(parts.join(", "))
+    }
+}
+
+/// The step a failing verdict says its failure began at: the earliest `diverged_at` (or
+/// `began_at`, a collapse) of its failing checks, as `checkpoints::fails` reads it.
+fn onset(verdict: &Record) -> Option<u64> {
+    verdict
+        .get("checks")
+        .and_then(|c| c.as_array())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.get("status").and_then(|s| s.as_str()) == Some("fail"))
+        .filter_map(|c| {
+            let at = |k: &str| c.get(k).and_then(|d| d.as_u64());
+            at("diverged_at").or(at("began_at"))
+        })
+        .min()
+}
+
 /// A vertical line on every plot.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Marker {
     pub step: u64,
-    /// kill, rollback, relaunch, breaker, rejected, xid.
+    /// kill, rollback, onset (where a divergence began), relaunch, breaker, rejected, xid.
     pub kind: String,
     pub label: String,
     pub seq: u64,
@@ -166,10 +214,25 @@ impl Events {
                     if let Some(before) = p.and_then(|p| p.before) {
                         g.detect_s += (unix(r.ts) - before.1).max(0.0);
                     }
+                    // The verdict the kill acted on holds the onset; the kill's own copy
+                    // (one check's) when that verdict is not in the ledger.
+                    let began_at = (kind == "divergence")
+                        .then(|| {
+                            let v = r.u64_field("verdict_seq");
+                            mine.iter()
+                                .find(|v2| {
+                                    v.is_some_and(|v| v2.kind == Kind::Verdict && v2.seq == v)
+                                })
+                                .and_then(|v| onset(v))
+                                .or(r.u64_field("diverged_at"))
+                        })
+                        .flatten();
                     incidents.push(Incident {
                         kind: kind.to_string(),
                         detected: r.ts,
-                        step: step_at(r),
+                        step: r.u64_field("verdict_step").or_else(|| step_at(r)),
+                        began_at,
+                        rolled_back_to: None,
                         what: first_reason(r),
                         actions: vec![did],
                         down_s: None,
@@ -180,6 +243,18 @@ impl Events {
                         incidents.len() - 1,
                         p.and_then(|p| p.before).map_or(unix(r.ts), |b| b.1),
                     ));
+                    // Where the bad stretch began, beside where it was caught.
+                    if let Some(b) = began_at {
+                        markers.push(Marker {
+                            step: b,
+                            kind: "onset".into(),
+                            label: format!(
+                                "diverged #{}",
+                                r.u64_field("verdict_seq").unwrap_or(r.seq)
+                            ),
+                            seq: r.seq,
+                        });
+                    }
                     markers.push(Marker {
                         step: step_at(r).unwrap_or(0),
                         kind: if kind == "divergence" {
@@ -211,6 +286,8 @@ impl Events {
                         kind: "crash".into(),
                         detected: r.ts,
                         step: step_at(r),
+                        began_at: None,
+                        rolled_back_to: None,
                         what: match signal {
                             Some(s) => format!("{how} (signal {s})"),
                             None => how,
@@ -246,7 +323,11 @@ impl Events {
                         g.recomputed_s += redo as f64 * step_s.unwrap_or(0.0);
                     }
                     if let Some((i, _)) = open {
-                        incidents[i].actions.push(format!(
+                        let inc = &mut incidents[i];
+                        if inc.kind == "divergence" && inc.rolled_back_to.is_none() {
+                            inc.rolled_back_to = Some(ckpt_step);
+                        }
+                        inc.actions.push(format!(
                             "relaunched from {from}, attempt {attempt} (#{})",
                             r.seq
                         ));
@@ -278,6 +359,8 @@ impl Events {
                         kind: "breaker".into(),
                         detected: r.ts,
                         step: step_at(r),
+                        began_at: None,
+                        rolled_back_to: None,
                         what: format!("breaker {name}: {}", r.str_field("evidence").unwrap_or("")),
                         actions: vec![format!("stopped relaunching (#{})", r.seq)],
                         down_s: None,
@@ -297,6 +380,8 @@ impl Events {
                         kind: "rejected publish".into(),
                         detected: r.ts,
                         step: step_at(r),
+                        began_at: None,
+                        rolled_back_to: None,
                         what: format!(
                             "{}: {}",
                             r.str_field("path").unwrap_or("a checkpoint"),
@@ -327,6 +412,8 @@ impl Events {
                         kind: "xid".into(),
                         detected: r.ts,
                         step: step_at(r),
+                        began_at: None,
+                        rolled_back_to: None,
                         what: format!(
                             "XID {code} on GPU {} ({}): {}",
                             r.str_field("device").unwrap_or("?"),
@@ -352,6 +439,8 @@ impl Events {
                             kind: "disk".into(),
                             detected: r.ts,
                             step: r.step,
+                            began_at: None,
+                            rolled_back_to: None,
                             what: format!("disk {status}: {}", r.str_field("reason").unwrap_or("")),
                             actions: vec![format!("warned (#{})", r.seq)],
                             down_s: None,
@@ -369,6 +458,8 @@ impl Events {
                             kind: "critic fail".into(),
                             detected: r.ts,
                             step: r.step,
+                            began_at: onset(r),
+                            rolled_back_to: None,
                             what: super::tables::failing_reasons(r),
                             actions: vec!["none: not a rollback_on check, or no watch".into()],
                             down_s: None,

@@ -52,7 +52,13 @@ pub fn page(n: &Night, dir: Option<&Path>) -> String {
                             "Each launch is its own line; vertical lines are roger's actions (hover for the ledger seq)."
                             @if n.segments.len() > 1 { " " (n.segments.len()) " timeline segments." }
                         }
-                        @for spec in &PLOTS { (plot::plot(n, spec)) }
+                        // Only what the log has: a panel of nothing is noise to a reader at 7am.
+                        @let (drawn, absent): (Vec<_>, Vec<_>) = PLOTS.iter().partition(|s| plot::present(n, s));
+                        @if drawn.is_empty() { p.note { "The log has none of the plotted series yet." } }
+                        @for spec in &drawn { (plot::plot(n, spec)) }
+                        @if !drawn.is_empty() && !absent.is_empty() {
+                            p.note.absent { "Not in the log, so not drawn: " (absent.iter().map(|s| s.title).collect::<Vec<_>>().join(", ")) "." }
+                        }
                     }
                     section id="incidents" { (incidents(n, dir)) }
                     section id="goodput" { (goodput(&n.goodput)) }
@@ -167,7 +173,7 @@ fn incidents(n: &Night, dir: Option<&Path>) -> Markup {
                     @for i in n.incidents.iter().take(INCIDENT_ROWS) {
                         tr class=(format!("incident k-{}", i.kind.replace(' ', "-"))) {
                             td.t { (i.detected.format("%m-%d %H:%M:%S")) }
-                            td { b { (i.kind) } br; span.what { (i.what) } }
+                            td { b { (i.kind) } br; @if let Some(t) = i.timeline() { span.timeline { (t) } br; } span.what { (i.what) } }
                             td.n { (i.step.map_or("—".into(), |s| s.to_string())) }
                             td { @for a in &i.actions { div { (a) } } }
                             td.n { (i.down_s.map_or("—".into(), human_duration)) }

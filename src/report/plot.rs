@@ -67,22 +67,78 @@ pub const PLOTS: [PlotSpec; 5] = [
 /// Maps steps and values to pixels.
 struct Frame {
     x_max: f64,
+    /// The y range; in decades (log10 of the value) when `log`.
     y_lo: f64,
     y_hi: f64,
+    log: bool,
 }
 
 impl Frame {
     fn x(&self, step: f64) -> f64 {
         LEFT + (WIDTH - LEFT - RIGHT) * (step / self.x_max).clamp(0.0, 1.0)
     }
-    fn y(&self, v: f64) -> f64 {
-        let f = if self.y_hi > self.y_lo {
+    /// The fraction of the height a value sits at; a value <= 0 on a log axis is below it.
+    fn frac(&self, v: f64) -> f64 {
+        let v = match self.log {
+            true if v > 0.0 => v.log10(),
+            true => f64::NEG_INFINITY,
+            false => v,
+        };
+        if self.y_hi > self.y_lo {
             (v - self.y_lo) / (self.y_hi - self.y_lo)
         } else {
             0.5
-        };
-        TOP + (HEIGHT - TOP - BOTTOM) * (1.0 - f.clamp(-0.02, 1.02))
+        }
     }
+    fn y(&self, v: f64) -> f64 {
+        TOP + (HEIGHT - TOP - BOTTOM) * (1.0 - self.frac(v).clamp(-0.02, 1.02))
+    }
+    /// A band edge: held inside the frame (a band from 0 on a log axis starts at its floor).
+    fn y_edge(&self, v: f64) -> f64 {
+        TOP + (HEIGHT - TOP - BOTTOM) * (1.0 - self.frac(v).clamp(0.0, 1.0))
+    }
+}
+
+/// Spread of positive values beyond which a plot may switch to a log axis.
+const LOG_SPREAD: f64 = 1e3;
+
+/// A log y axis when the positive values span more than [`LOG_SPREAD`] and most samples sit
+/// under 1% of the largest, where a linear axis would draw them (and the band) flat at the
+/// floor: a loss that explodes to 4e9 over a healthy 1-10. A spread alone is not enough: an lr
+/// warmup from 1e-7 spreads evenly over a linear axis and stays linear.
+fn log_scale(n: &Night, metrics: &[usize]) -> Option<(f64, f64)> {
+    let mut lo = f64::INFINITY;
+    let mut hi = f64::NEG_INFINITY;
+    let all: Vec<&Bucket> = metrics
+        .iter()
+        .flat_map(|m| buckets(n, *m).map(|(_, b)| b))
+        .filter(|b| b.n > 0)
+        .collect();
+    for b in &all {
+        for v in [b.first.1, b.min.1, b.max.1, b.last.1] {
+            if v > 0.0 && v.is_finite() {
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+        }
+    }
+    if !(lo > 0.0 && hi / lo > LOG_SPREAD) {
+        return None;
+    }
+    let total: u64 = all.iter().map(|b| b.n).sum();
+    let squashed: u64 = all
+        .iter()
+        .filter(|b| b.max.1 < hi * 0.01)
+        .map(|b| b.n)
+        .sum();
+    (2 * squashed > total).then_some((lo, hi))
+}
+
+/// Whether the log has this plot's series (or its overlay): a plot is drawn only then.
+pub fn present(n: &Night, spec: &PlotSpec) -> bool {
+    std::iter::once(spec.metric)
+        .chain(spec.overlay)
+        .any(|m| buckets(n, m).any(|(_, b)| b.n > 0 || b.nonfinite > 0))
 }
 
 /// The step range every plot shares.
@@ -210,6 +266,16 @@ fn trim(s: String) -> String {
     }
 }
 
+/// Powers of ten over [lo, hi] (in decades), at most about six of them.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let (a, b) = (lo.ceil() as i32, hi.floor() as i32);
+    if a > b {
+        return vec![10f64.powf((lo + hi) / 2.0)];
+    }
+    let stride = ((b - a) / 6 + 1) as usize;
+    (a..=b).step_by(stride).map(|e| 10f64.powi(e)).collect()
+}
+
 /// About five round ticks over [lo, hi].
 fn ticks(lo: f64, hi: f64) -> Vec<f64> {
     if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
@@ -248,7 +314,7 @@ fn polyline(n: &Night, metric: usize, fr: &Frame) -> Vec<(usize, String)> {
         .collect()
 }
 
-/// One plot as a `<figure>` with its `<svg>`; a metric the log never had says so in words.
+/// One plot as a `<figure>` with its `<svg>` (draw only what [`present`] says the log has).
 pub fn plot(n: &Night, spec: &PlotSpec) -> Markup {
     let xm = x_max(n);
     let bands = declared(&n.declared, spec.metric, xm);
@@ -273,8 +339,21 @@ pub fn plot(n: &Night, spec: &PlotSpec) -> Markup {
         .filter(|(_, b)| b.nonfinite > 0)
         .map(|(_, b)| (b.nonfinite_step, b.nonfinite))
         .collect();
-    let has_data = range.is_some() || !nonfinite.is_empty();
-    let (lo, hi) = range.unwrap_or((0.0, 1.0));
+    let metrics: Vec<usize> = std::iter::once(spec.metric).chain(spec.overlay).collect();
+    let log = log_scale(n, &metrics);
+    let (lo, hi) = match log {
+        // In decades: the data's positive values and the bands' positive edges.
+        Some((plo, phi)) => {
+            let edges = bands.iter().flat_map(|b| [b.2, b.3]);
+            let edges = edges.chain(sched.iter().flat_map(|s| [s.1, s.2]));
+            edges
+                .filter(|v| *v > 0.0)
+                .fold((plo.log10(), phi.log10()), |(a, b), v| {
+                    (a.min(v.log10()), b.max(v.log10()))
+                })
+        }
+        None => range.unwrap_or((0.0, 1.0)),
+    };
     let pad = if hi > lo {
         (hi - lo) * 0.06
     } else {
@@ -284,18 +363,27 @@ pub fn plot(n: &Night, spec: &PlotSpec) -> Markup {
         x_max: xm as f64,
         y_lo: lo - pad,
         y_hi: hi + pad,
+        log: log.is_some(),
     };
+    let below_zero = log.is_some()
+        && metrics
+            .iter()
+            .any(|m| buckets(n, *m).any(|(_, b)| b.n > 0 && b.min.1 <= 0.0));
     let lines = polyline(n, spec.metric, &fr);
     let overlay = spec
         .overlay
         .map(|o| polyline(n, o, &fr))
         .unwrap_or_default();
-    let y_ticks = ticks(fr.y_lo, fr.y_hi);
+    let y_ticks = if fr.log {
+        log_ticks(fr.y_lo, fr.y_hi)
+    } else {
+        ticks(fr.y_lo, fr.y_hi)
+    };
     let x_ticks = ticks(0.0, xm as f64);
     let bottom = HEIGHT - BOTTOM;
     let metric_name = PLOTTED[spec.metric];
     html! {
-        figure.plot data-metric=(metric_name) {
+        figure.plot data-metric=(metric_name) data-scale=(if fr.log { "log" } else { "linear" }) {
             figcaption {
                 (spec.title)
                 @if let Some(k) = n.declared.keys.get(spec.metric).filter(|k| !k.is_empty() && k.as_str() != metric_name) {
@@ -303,7 +391,10 @@ pub fn plot(n: &Night, spec: &PlotSpec) -> Markup {
                 }
                 @if spec.overlay.is_some_and(|o| finite_range(n, o).is_some()) { span.legend { " · eval loss dashed" } }
                 @if n.segments.len() > 1 { span.legend { " · one colour per launch" } }
-                @if !has_data { span.none { " — not in the log" } }
+                @if fr.log {
+                    span.scale { " · log scale" }
+                    @if below_zero { span.legend { " (values ≤ 0 drawn at the bottom edge)" } }
+                }
             }
             svg viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) role="img" aria-label=(format!("{} by step", spec.title)) {
                 rect.frame x=(f1(LEFT)) y=(f1(TOP)) width=(f1(WIDTH - LEFT - RIGHT)) height=(f1(HEIGHT - TOP - BOTTOM)) {}
@@ -311,12 +402,15 @@ pub fn plot(n: &Night, spec: &PlotSpec) -> Markup {
                     line.grid x1=(f1(LEFT)) x2=(f1(WIDTH - RIGHT)) y1=(f1(fr.y(*t))) y2=(f1(fr.y(*t))) {}
                     text.tick x=(f1(LEFT - 6.0)) y=(f1(fr.y(*t) + 4.0)) text-anchor="end" { (num(*t)) (spec.unit) }
                 }
+                @if fr.log {
+                    text.tick.scale x=(f1(LEFT - 6.0)) y=(f1(TOP - 28.0)) text-anchor="end" { "log" }
+                }
                 @for t in &x_ticks {
                     text.tick x=(f1(fr.x(*t))) y=(f1(HEIGHT - 6.0)) text-anchor="middle" { (num(*t)) }
                 }
                 @for (from, to, blo, bhi, label) in &bands {
                     @if bhi > blo {
-                        rect.band x=(f1(fr.x(*from as f64))) y=(f1(fr.y(*bhi))) width=(f1(fr.x(*to as f64) - fr.x(*from as f64))) height=(f1(fr.y(*blo) - fr.y(*bhi))) { title { (label) } }
+                        rect.band x=(f1(fr.x(*from as f64))) y=(f1(fr.y_edge(*bhi))) width=(f1(fr.x(*to as f64) - fr.x(*from as f64))) height=(f1(fr.y_edge(*blo) - fr.y_edge(*bhi))) { title { (label) } }
                     } @else {
                         line.limit x1=(f1(fr.x(*from as f64))) x2=(f1(fr.x(*to as f64))) y1=(f1(fr.y(*blo))) y2=(f1(fr.y(*blo))) { title { (label) } }
                     }

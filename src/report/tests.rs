@@ -335,3 +335,145 @@ fn a_long_night_of_many_relaunches_stays_a_small_page() {
     );
     eprintln!("page: {} bytes", page.len());
 }
+
+/// Samples of one metric, `f(step)` per step, one a second from T0.
+fn series_of(metric: &str, steps: std::ops::Range<u64>, f: impl Fn(u64) -> f64) -> Vec<Sample> {
+    let slot = crate::metrics::slot(metric).unwrap();
+    steps
+        .map(|step| {
+            let mut values = [None; 11];
+            values[slot] = Some(f(step));
+            Sample {
+                step,
+                time: Some(T0 as f64 + step as f64),
+                values,
+            }
+        })
+        .collect()
+}
+
+fn scale_of(samples: &[Sample], metric: &str) -> String {
+    let c = cfg("");
+    let recs = ledger(vec![]);
+    let page = html::page(&Night::gather(&inputs(&c, &recs, 400.0), samples), None);
+    let key = format!("data-metric=\"{metric}\" data-scale=\"");
+    let at = page
+        .find(&key)
+        .unwrap_or_else(|| panic!("no {metric} plot"));
+    page[at + key.len()..]
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_loss_that_explodes_over_a_healthy_run_is_drawn_on_a_log_axis() {
+    let exploding = series_of("loss", 0..300, |s| {
+        if s < 150 {
+            5.0
+        } else {
+            60.0 * (0.3 * (s - 150) as f64).exp()
+        }
+    });
+    assert_eq!(scale_of(&exploding, "loss"), "log");
+    // Spread over decades but evenly (an lr warmup from 1e-7): a linear axis shows it well.
+    let warmup = series_of("lr", 0..300, |s| 1e-7 + 1e-3 * s as f64 / 300.0);
+    assert_eq!(scale_of(&warmup, "lr"), "linear");
+    // A healthy loss stays linear; one sample at 1e9 would flatten it as much as a long
+    // explosion does, so it goes log too.
+    assert_eq!(
+        scale_of(
+            &series_of("loss", 0..300, |s| 10.0 - s as f64 / 40.0),
+            "loss"
+        ),
+        "linear"
+    );
+    let spike = series_of("loss", 0..300, |s| if s == 200 { 1e9 } else { 3.0 });
+    assert_eq!(scale_of(&spike, "loss"), "log");
+}
+
+#[test]
+fn a_log_axis_says_where_values_at_or_below_zero_went() {
+    let s = series_of("loss", 0..300, |s| match s {
+        0 => 0.0,
+        s if s < 150 => 5.0,
+        s => 60.0 * (0.3 * (s - 150) as f64).exp(),
+    });
+    let c = cfg("");
+    let recs = ledger(vec![]);
+    let page = html::page(&Night::gather(&inputs(&c, &recs, 400.0), &s), None);
+    assert!(page.contains("log scale"), "the axis is labelled");
+    assert!(page.contains("values ≤ 0 drawn at the bottom edge"));
+    // The declared band [1, 12] of the first phase keeps a band's height, not a line.
+    assert!(page.contains("class=\"band\""));
+}
+
+fn verdict_fail(step: u64, checks: serde_json::Value) -> Entry {
+    Entry::new(Kind::Verdict, "critic", "r")
+        .step(Some(step))
+        .field("status", "fail")
+        .field("checks", checks)
+}
+
+fn divergence_kill(step: u64, verdict_seq: u64, diverged_at: u64) -> Entry {
+    Entry::new(Kind::Kill, "watch", "r")
+        .step(Some(step))
+        .field("reason", "divergence")
+        .field("targets", json!([{"pid": 1}]))
+        .field("verdict_seq", verdict_seq)
+        .field("verdict_step", step)
+        .field("diverged_at", diverged_at)
+        .field("reasons", json!(["critic fail"]))
+}
+
+#[test]
+fn a_divergence_begins_at_the_earliest_onset_of_its_verdicts_failing_checks() {
+    let c = cfg("");
+    // Two failing checks: the grad norm went first (140), the loss followed (150); a passing
+    // check's onset does not count. The kill names one check's (150), as the watch does.
+    let recs = ledger(vec![
+        (0.0, watch("start")),
+        (
+            211.0,
+            verdict_fail(
+                210,
+                json!([
+                    {"check": "loss", "status": "fail", "diverged_at": 150},
+                    {"check": "grad_norm", "status": "fail", "diverged_at": 140},
+                    {"check": "lr", "status": "pass", "diverged_at": 10},
+                ]),
+            ),
+        ),
+        (212.0, divergence_kill(210, 2, 150)),
+        (
+            213.0,
+            Entry::new(Kind::Relaunch, "watch", "r")
+                .field("attempt", 1)
+                .field("ckpt_step", serde_json::Value::Null),
+        ),
+        (214.0, watch("launched")),
+    ]);
+    let s = samples(0..211, 0.0, 5.0);
+    let night = Night::gather(&inputs(&c, &recs, 300.0), &s);
+    let div = &night.incidents[0];
+    assert_eq!(div.kind, "divergence");
+    assert_eq!(
+        div.timeline().as_deref(),
+        Some("began at step 140, detected at step 210, restarted from scratch")
+    );
+    // Without its verdict in the ledger (a copied ledger tail), the kill's own onset.
+    let recs = ledger(vec![
+        (0.0, watch("start")),
+        (212.0, divergence_kill(210, 99, 150)),
+    ]);
+    let night = Night::gather(&inputs(&c, &recs, 300.0), &s);
+    assert_eq!(
+        night.incidents[0].timeline().as_deref(),
+        Some("began at step 150, detected at step 210")
+    );
+    // A wedge has no such story: its row keeps the plain step.
+    let (c, recs, s) = wedge_night();
+    let night = Night::gather(&inputs(&c, &recs, 250.0), &s);
+    assert_eq!(night.incidents[0].timeline(), None);
+}

@@ -96,7 +96,10 @@ pub fn digest(n: &Night, colour: bool) -> String {
                 "  {} {}{}{} — {} ({})",
                 i.detected.format("%H:%M:%S"),
                 i.kind,
-                i.step.map_or(String::new(), |s| format!(" at step {s}")),
+                match i.timeline() {
+                    Some(t) => format!(": {t}"),
+                    None => i.step.map_or(String::new(), |s| format!(" at step {s}")),
+                },
                 i.down_s
                     .map_or(String::new(), |d| format!(", down {}", human_duration(d))),
                 clean(&i.actions.join("; ")),

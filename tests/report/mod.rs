@@ -6,6 +6,7 @@
 mod browser;
 mod hostile;
 mod night;
+mod poisoned;
 
 use crate::util::{Env, Run};
 use std::path::PathBuf;

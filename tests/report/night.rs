@@ -241,6 +241,25 @@ fn a_scripted_night_is_reported_as_it_happened() {
     assert_eq!(wedge["evidence"].as_array().unwrap().len(), 1, "{wedge:#}");
     let div = inc.iter().find(|i| i["kind"] == "divergence").unwrap();
     assert!(div["step"].as_u64().unwrap() >= 250, "{div:#}");
+    // Its numbers are the ledger's: the onset the kill names, where the relaunch went back to.
+    let dkill = recs
+        .iter()
+        .find(|r| r.kind == Kind::Kill && r.str_field("reason") == Some("divergence"))
+        .unwrap();
+    let back = recs
+        .iter()
+        .find(|r| r.kind == Kind::Relaunch && r.seq > dkill.seq)
+        .unwrap();
+    assert_eq!(
+        div["began_at"].as_u64(),
+        dkill.u64_field("diverged_at"),
+        "{div:#}"
+    );
+    assert_eq!(
+        div["rolled_back_to"].as_u64(),
+        back.u64_field("ckpt_step"),
+        "{div:#}"
+    );
 
     // Goodput against the raw timestamps (one watch interval of slack).
     let log = log_times(&env);
@@ -341,7 +360,8 @@ fn a_scripted_night_is_reported_as_it_happened() {
     for k in [
         "wedge at step",
         "crash at step",
-        "divergence at step",
+        // When it began (the verdict's onset), when the critic saw it, where it went back to.
+        "divergence: began at step",
         "rejected publish",
     ] {
         assert!(text.contains(k), "{k}: {text}");
