@@ -2,6 +2,7 @@
 //! bytes (and its name); the detectors are a list, so a new format is one more function.
 
 use crate::config::{Clock, KeyList, LogFormat, MetricsConfig, TextPattern, VramUnit};
+use crate::metrics::text::NAN_ITERATIONS;
 use std::collections::BTreeSet;
 
 /// A format recognised in a log's head, with the keys (columns, JSON keys) it carries.
@@ -190,37 +191,100 @@ fn csv(_: &str, head: &[u8]) -> Option<Detected> {
     })
 }
 
-/// Line shapes of trainers that print text, with the metric names of their groups.
-const TEXT_SHAPES: &[(&str, &[&str])] = &[
-    (
-        r"s:(?P<step>\d+) trl:(?P<loss>[0-9.eE+-]+) lr:(?P<lr>[0-9.eE+-]+) norm:(?P<grad_norm>[0-9.eE+-]+)",
-        &["llm.c train line"],
-    ),
-    (
-        r"s:(?P<step>\d+) tel:(?P<eval_loss>[0-9.eE+-]+)",
-        &["llm.c eval line"],
-    ),
-    (
-        r"step:(?P<step>\d+)/(?P<total_steps>\d+) train_loss:(?P<loss>[0-9.eE+-]+)",
-        &["modded-nanogpt train line"],
-    ),
-    (
-        r"step:(?P<step>\d+)/(?P<total_steps>\d+) val_loss:(?P<eval_loss>[0-9.eE+-]+)",
-        &["modded-nanogpt val line"],
-    ),
-    (
-        r"iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)",
-        &["nanoGPT iter line"],
-    ),
-    (
-        r"step (?P<step>\d+): train loss [0-9.eE+-]+, val loss (?P<eval_loss>[0-9.eE+-]+)",
-        &["nanoGPT eval line"],
-    ),
-    (
-        r"global_step=(?P<step>\d+), grad_norm=(?P<grad_norm>[^,]+), loss=(?P<loss>\S+)",
-        &["AlgoPerf step line"],
-    ),
+/// A line shape a trainer prints: its name, the regex (named groups are the metrics, as in
+/// `[metrics] patterns`), and where each group is read in the line, for the printed mapping.
+struct Shape {
+    name: &'static str,
+    regex: &'static str,
+    fields: &'static [(&'static str, &'static str)],
+}
+
+/// Line shapes of trainers that print text.
+const TEXT_SHAPES: &[Shape] = &[
+    Shape {
+        name: "llm.c train line",
+        regex: r"s:(?P<step>\d+) trl:(?P<loss>[0-9.eE+-]+) lr:(?P<lr>[0-9.eE+-]+) norm:(?P<grad_norm>[0-9.eE+-]+)",
+        fields: &[
+            ("step", "s:"),
+            ("loss", "trl:"),
+            ("lr", "lr:"),
+            ("grad_norm", "norm:"),
+        ],
+    },
+    Shape {
+        name: "llm.c eval line",
+        regex: r"s:(?P<step>\d+) tel:(?P<eval_loss>[0-9.eE+-]+)",
+        fields: &[("step", "s:"), ("eval_loss", "tel:")],
+    },
+    Shape {
+        name: "modded-nanogpt train line",
+        regex: r"step:(?P<step>\d+)/(?P<total_steps>\d+) train_loss:(?P<loss>[0-9.eE+-]+)",
+        fields: &[
+            ("step", "step:N/"),
+            ("total_steps", "step:.../M"),
+            ("loss", "train_loss:"),
+        ],
+    },
+    Shape {
+        name: "modded-nanogpt val line",
+        regex: r"step:(?P<step>\d+)/(?P<total_steps>\d+) val_loss:(?P<eval_loss>[0-9.eE+-]+)",
+        fields: &[
+            ("step", "step:N/"),
+            ("total_steps", "step:.../M"),
+            ("eval_loss", "val_loss:"),
+        ],
+    },
+    Shape {
+        name: "nanoGPT iter line",
+        regex: r"iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)",
+        fields: &[("step", "iter N:"), ("loss", "loss")],
+    },
+    Shape {
+        name: "nanoGPT eval line",
+        regex: r"step (?P<step>\d+): train loss [0-9.eE+-]+, val loss (?P<eval_loss>[0-9.eE+-]+)",
+        fields: &[("step", "step N:"), ("eval_loss", "val loss")],
+    },
+    Shape {
+        name: "AlgoPerf step line",
+        regex: r"global_step=(?P<step>\d+), grad_norm=(?P<grad_norm>[^,]+), loss=(?P<loss>\S+)",
+        fields: &[
+            ("step", "global_step="),
+            ("grad_norm", "grad_norm="),
+            ("loss", "loss="),
+        ],
+    },
+    // Megatron-LM, Megatron-DeepSpeed and NeMo's Megatron path (training_log): `iteration
+    // N/ M | consumed samples: … | learning rate: … | lm loss: … | grad norm: … | …`. Fields
+    // come and go by version and flags (no loss or grad norm when every step of the interval
+    // was skipped, `loss:` for NeMo's SFT, throughput and timestamps in between), so each is
+    // optional after the step. Skipped steps (fp16 loss-scale backoff) are normal and read as
+    // nothing; NaN steps are left out of the printed loss, so their count is read too.
+    Shape {
+        name: "Megatron iteration line",
+        regex: r"iteration\s+(?P<step>\d+)/\s*(?P<total_steps>\d+) \|(?:.*?\| learning rate: (?P<lr>[^ |]+))?(?:.*?\| (?:lm )?loss: (?P<loss>[^ |]+))?(?:.*?\| grad norm: (?P<grad_norm>[^ |]+))?(?:.*?\| number of nan iterations: +(?P<nan_iterations>\d+))?",
+        fields: &[
+            ("step", "iteration N/"),
+            ("total_steps", "iteration .../ M"),
+            ("lr", "learning rate:"),
+            ("loss", "lm loss:"),
+            ("grad_norm", "grad norm:"),
+            (NAN_ITERATIONS, "number of nan iterations:"),
+        ],
+    },
+    Shape {
+        name: "Megatron validation line",
+        regex: r"validation loss at iteration (?P<step>\d+) \| (?:lm )?loss value: (?P<eval_loss>[^ |]+)",
+        fields: &[
+            ("step", "validation loss at iteration N"),
+            ("eval_loss", "lm loss value:"),
+        ],
+    },
 ];
+
+/// The built-in shape a pattern came from, if any.
+fn shape_of(p: &TextPattern) -> Option<&'static Shape> {
+    TEXT_SHAPES.iter().find(|s| s.regex == p.regex)
+}
 
 fn text(_: &str, head: &[u8]) -> Option<Detected> {
     let cleaned: Vec<String> = head
@@ -229,15 +293,15 @@ fn text(_: &str, head: &[u8]) -> Option<Detected> {
         .collect();
     let mut patterns = Vec::new();
     let mut names = Vec::new();
-    for (re, name) in TEXT_SHAPES {
-        let rx = regex::Regex::new(re).expect("built-in pattern");
+    for shape in TEXT_SHAPES {
+        let rx = regex::Regex::new(shape.regex).expect("built-in pattern");
         let hits = cleaned.iter().filter(|l| rx.is_match(l)).count();
         if hits >= 2 {
             patterns.push(TextPattern {
-                regex: re.to_string(),
+                regex: shape.regex.to_string(),
                 fields: Vec::new(),
             });
-            names.push(format!("{} ({hits} lines)", name[0]));
+            names.push(format!("{} ({hits} lines)", shape.name));
         }
     }
     (!patterns.is_empty()).then(|| Detected {
@@ -336,6 +400,17 @@ pub fn map_keys(d: &Detected) -> Mapping {
             "text: {} built-in line pattern(s) matched; their named groups are the metrics",
             d.patterns.len()
         ));
+        for shape in d.patterns.iter().filter_map(shape_of) {
+            let fields: Vec<String> = shape
+                .fields
+                .iter()
+                .map(|(metric, from)| match *metric {
+                    NAN_ITERATIONS => format!("loss = NaN when {from:?} > 0"),
+                    _ => format!("{metric} <- {from:?}"),
+                })
+                .collect();
+            notes.push(format!("{}: {}", shape.name, fields.join(", ")));
+        }
         return Mapping {
             metrics: m,
             chosen,

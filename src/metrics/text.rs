@@ -2,6 +2,11 @@
 //! the user's `[metrics] patterns`. Capture groups are named after the canonical metric they
 //! hold (`step`, `time`, `loss`, `lr`, `grad_norm`, `tokens_per_s`, `vram`, `eval_loss`), or
 //! listed in `fields`. A line no pattern matches is ordinary log chatter, not garbage.
+//!
+//! One group name feeds no metric: `nan_iterations`, a count of steps in the line's interval
+//! whose loss was not finite. Megatron leaves those steps out of the loss it prints (and says
+//! `number of nan iterations: N`), so a count above 0 makes the sample's loss NaN: otherwise a
+//! run producing NaNs would print a healthy average.
 
 use super::{Fields, Keys, LineParser, Parsed, Target, SLOTS};
 use crate::metrics::mapping::MetricsConfig;
@@ -11,8 +16,12 @@ use regex::bytes::Regex;
 #[derive(Clone)]
 pub struct TextParser {
     keys: Keys,
-    patterns: Vec<(Regex, Vec<Option<Target>>)>,
+    /// Regex, what each group feeds, and which group (if any) counts NaN steps.
+    patterns: Vec<(Regex, Vec<Option<Target>>, Option<usize>)>,
 }
+
+/// The group name that counts the interval's non-finite steps (see the module doc).
+pub const NAN_ITERATIONS: &str = "nan_iterations";
 
 /// A group name → what it feeds (`vram` is accepted for `vram_gib`).
 fn target_of(name: &str) -> Option<Target> {
@@ -35,6 +44,7 @@ impl TextParser {
             let re = Regex::new(&p.regex)
                 .with_context(|| format!("[metrics] patterns #{}: bad regex", i + 1))?;
             let mut targets = Vec::new();
+            let mut nan_group = None;
             let mut unnamed = p.fields.iter();
             for (g, name) in re.capture_names().enumerate().skip(1) {
                 let name = match name {
@@ -47,10 +57,15 @@ impl TextParser {
                         ),
                     },
                 };
+                if name == NAN_ITERATIONS {
+                    nan_group = Some(targets.len());
+                    targets.push(None);
+                    continue;
+                }
                 let t = target_of(name);
                 if t.is_none() {
                     bail!(
-                        "[metrics] patterns #{}: group `{name}` is not a metric: expected one of step, time, step_time, {}, vram",
+                        "[metrics] patterns #{}: group `{name}` is not a metric: expected one of step, time, step_time, {}, vram, {NAN_ITERATIONS}",
                         i + 1,
                         SLOTS.join(", ")
                     );
@@ -67,7 +82,7 @@ impl TextParser {
             if !targets.contains(&Some(Target::Step)) {
                 bail!("[metrics] patterns #{}: needs a `step` group", i + 1);
             }
-            patterns.push((re, targets));
+            patterns.push((re, targets, nan_group));
         }
         Ok(TextParser {
             keys: Keys::new(m),
@@ -79,7 +94,7 @@ impl TextParser {
 impl LineParser for TextParser {
     fn parse(&mut self, line: &[u8]) -> Parsed {
         let line = super::clean_line(line);
-        for (re, targets) in &self.patterns {
+        for (re, targets, nan_group) in &self.patterns {
             let Some(caps) = re.captures(&line) else {
                 continue;
             };
@@ -98,6 +113,12 @@ impl LineParser for TextParser {
                     }
                     None => {}
                 }
+            }
+            let nan_steps = nan_group
+                .and_then(|g| caps.get(g + 1))
+                .and_then(|m| super::parse_num(m.as_bytes()));
+            if nan_steps.is_some_and(|n| n > 0.0) {
+                fields.set(Target::Metric(0), f64::NAN); // SLOTS[0] is LOSS
             }
             return fields.finish(&self.keys, "step");
         }
