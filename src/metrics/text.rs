@@ -173,10 +173,28 @@ mod tests {
     }
 
     #[test]
+    fn a_nan_step_count_makes_the_loss_nan() {
+        let m = cfg(&[(
+            r"it (?P<step>\d+) loss (?P<loss>\S+) nan (?P<nan_iterations>\d+)",
+            &[],
+        )]);
+        let mut p = TextParser::new(&m).unwrap();
+        let Parsed::Sample(s) = p.parse(b"it 5 loss 2.5 nan 0") else {
+            panic!()
+        };
+        assert_eq!(s.get("loss"), Some(2.5));
+        let Parsed::Sample(s) = p.parse(b"it 6 loss 2.5 nan 3") else {
+            panic!()
+        };
+        assert!(s.get("loss").unwrap().is_nan());
+    }
+
+    #[test]
     fn config_mistakes_are_explained() {
         let e = |m| TextParser::new(&m).err().unwrap().to_string();
         assert!(e(cfg(&[])).contains("needs [metrics] patterns"));
         assert!(e(cfg(&[(r"(?P<foo>\d+)", &[])])).contains("`foo` is not a metric"));
+        assert!(e(cfg(&[(r"(?P<foo>\d+)", &[])])).contains("nan_iterations"));
         assert!(e(cfg(&[(r"(\d+)", &[])])).contains("has no name"));
         assert!(e(cfg(&[(r"loss (?P<loss>\d+)", &[])])).contains("needs a `step`"));
     }
