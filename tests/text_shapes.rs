@@ -109,3 +109,52 @@ fn init_reads_a_megatron_log_and_the_critic_judges_it_with_the_mapped_keys() {
     assert_eq!(v["step"].as_u64(), Some(300), "{}", bad.report());
     assert_eq!(check(&v, "lr")["status"], "fail", "{}", bad.report());
 }
+
+/// torchtitan's coloured step lines (a real 10-step Qwen3-14B run on 8 B200s): detected
+/// through the ANSI codes, tokens/s read through its thousands separators, and every mapped
+/// metric judged.
+#[test]
+fn init_reads_a_coloured_torchtitan_log_and_the_critic_judges_every_mapped_key() {
+    let env = Env::new();
+    let text = std::fs::read_to_string(
+        repo_root().join("tests/fixtures/real/text-torchtitan-qwen3-14b-ansi.txt"),
+    )
+    .unwrap();
+    assert!(
+        text.contains("\x1b[31mstep:"),
+        "the fixture keeps its colour codes"
+    );
+    env.write("run.log", &text);
+    let init = env.run(&["init", "--log", "run.log"]).expect(0);
+    for s in [
+        "torchtitan step line (10 lines)",
+        r#"tokens_per_s <- "tps:""#,
+        r#"vram_gib <- "memory: ...GiB""#,
+        "read 10 samples, steps 1..10",
+        "the log has no lr",
+    ] {
+        assert!(init.stderr().contains(s), "{s:?}\n{}", init.report());
+    }
+    env.run(&["check"]).expect(0);
+    let judged = env
+        .run(&["critic", "--once", "--json", "--full-read"])
+        .expect(0);
+    let v: Value = serde_json::from_str(judged.stdout().trim()).unwrap();
+    assert_eq!(v["step"].as_u64(), Some(10), "{}", judged.report());
+    for name in ["loss", "grad_norm", "tokens_per_s", "vram"] {
+        assert_eq!(
+            check(&v, name)["status"],
+            "pass",
+            "{name}\n{}",
+            judged.report()
+        );
+    }
+    // 10,468 is read as 10468, not as 10 or an unreadable line.
+    let tps = check(&v, "tokens_per_s")["reason"].as_str().unwrap();
+    assert!(tps.contains("10197"), "{tps}");
+    assert!(
+        !judged.stderr().contains("unreadable"),
+        "{}",
+        judged.report()
+    );
+}

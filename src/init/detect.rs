@@ -279,6 +279,22 @@ const TEXT_SHAPES: &[Shape] = &[
             ("eval_loss", "lm loss value:"),
         ],
     },
+    // torchtitan's metrics line, coloured per field (the ANSI codes are stripped before any
+    // pattern sees the line): `step: 10  loss:  5.55888  grad_norm: 35.5000  memory:
+    // 169.10GiB(94.81%)  tps: 10,468  tflops: 881.99  mfu: 39.20%`. grad_norm is newer and
+    // older versions printed `wps:` (both allowed; no real log of them was found to test
+    // on). No lr and no total on the line.
+    Shape {
+        name: "torchtitan step line",
+        regex: r"step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>\S+)(?:\s+grad_norm:\s*(?P<grad_norm>\S+))?\s+memory:\s*(?P<vram>[0-9.]+)GiB\S*\s+[tw]ps:\s*(?P<tokens_per_s>[0-9,.]+)",
+        fields: &[
+            ("step", "step:"),
+            ("loss", "loss:"),
+            ("grad_norm", "grad_norm:"),
+            ("vram_gib", "memory: ...GiB"),
+            ("tokens_per_s", "tps:"),
+        ],
+    },
 ];
 
 /// The built-in shape a pattern came from, if any.
@@ -667,6 +683,44 @@ mod tests {
         ] {
             assert_eq!(p.parse(line.as_bytes()), crate::metrics::Parsed::Skip, "{line}");
         }
+    }
+
+    /// torchtitan's step lines as written, colour codes included (steps 1 and 10 of the
+    /// torchtitan fixture).
+    const TITAN_1: &str = "[rank0]:[titan] 2026-05-20 05:51:03,512 - root - INFO - \x1b[31mstep:  1  \x1b[32mloss: 12.58730  \x1b[38;2;180;60;0mgrad_norm: 20.6250  \x1b[38;2;54;234;195mmemory: 160.86GiB(90.19%)  \x1b[34mtps: 1,099  \x1b[36mtflops: 92.58  \x1b[35mmfu: 4.11%\x1b[39m";
+    const TITAN_10: &str = "[rank0]:[titan] 2026-05-20 05:51:21,598 - root - INFO - \x1b[31mstep: 10  \x1b[32mloss:  5.55888  \x1b[38;2;180;60;0mgrad_norm: 35.5000  \x1b[38;2;54;234;195mmemory: 169.10GiB(94.81%)  \x1b[34mtps: 10,468  \x1b[36mtflops: 881.99  \x1b[35mmfu: 39.20%\x1b[39m";
+
+    #[test]
+    fn torchtitan_lines_with_colour_codes() {
+        let d = detect("run.log", [TITAN_1, TITAN_10].join("\n").as_bytes()).unwrap();
+        assert!(
+            d.why.contains("torchtitan step line (2 lines)"),
+            "{}",
+            d.why
+        );
+        let map = map_keys(&d);
+        let notes = map.notes.join("\n");
+        for said in [
+            r#"step <- "step:""#,
+            r#"loss <- "loss:""#,
+            r#"grad_norm <- "grad_norm:""#,
+            r#"vram_gib <- "memory: ...GiB""#,
+            r#"tokens_per_s <- "tps:""#,
+        ] {
+            assert!(notes.contains(said), "{said} in\n{notes}");
+        }
+        let mut p = crate::metrics::text::TextParser::new(&map.metrics).unwrap();
+        let r = sample(&mut p, TITAN_10);
+        assert_eq!(r.step, 10);
+        assert_eq!(
+            (r.get("loss"), r.get("grad_norm"), r.get("vram_gib")),
+            (Some(5.55888), Some(35.5), Some(169.1))
+        );
+        assert_eq!(r.get("tokens_per_s"), Some(10468.0), "thousands separator");
+        assert_eq!(sample(&mut p, TITAN_1).get("tokens_per_s"), Some(1099.0));
+        // modded-nanogpt's `step:N/M` is not taken for torchtitan's.
+        let modded = "step:125/1530 val_loss:4.3506 train_time:35455ms step_avg:...";
+        assert_eq!(p.parse(modded.as_bytes()), crate::metrics::Parsed::Skip);
     }
 
     #[test]

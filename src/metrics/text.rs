@@ -34,6 +34,24 @@ fn target_of(name: &str) -> Option<Target> {
     }
 }
 
+/// `10,468` as torchtitan prints tokens/s: commas between groups of three digits dropped.
+/// Anything else (`1,5`, `12,34,567`) is left for the number parser to refuse.
+fn without_thousands(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if !raw.contains(&b',') {
+        return std::borrow::Cow::Borrowed(raw);
+    }
+    let int_end = raw.iter().position(|b| *b == b'.').unwrap_or(raw.len());
+    let groups: Vec<&[u8]> = raw[..int_end].split(|b| *b == b',').collect();
+    let digits = |g: &[u8]| !g.is_empty() && g.iter().all(u8::is_ascii_digit);
+    let grouped = groups[0].len() <= 3
+        && groups.iter().all(|g| digits(g))
+        && groups[1..].iter().all(|g| g.len() == 3);
+    if !grouped {
+        return std::borrow::Cow::Borrowed(raw);
+    }
+    std::borrow::Cow::Owned(raw.iter().copied().filter(|b| *b != b',').collect())
+}
+
 impl TextParser {
     pub fn new(m: &MetricsConfig) -> Result<TextParser> {
         if m.patterns.is_empty() {
@@ -103,7 +121,7 @@ impl LineParser for TextParser {
                 let (Some(t), Some(m)) = (t, caps.get(g + 1)) else {
                     continue;
                 };
-                match self.keys.value(*t, m.as_bytes()) {
+                match self.keys.value(*t, &without_thousands(m.as_bytes())) {
                     Some(v) => fields.set(*t, v),
                     None if fields.bad.is_none() => {
                         fields.bad = Some(format!(
@@ -187,6 +205,21 @@ mod tests {
             panic!()
         };
         assert!(s.get("loss").unwrap().is_nan());
+    }
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(&*without_thousands(b"10,468"), b"10468");
+        assert_eq!(&*without_thousands(b"1,234,567.5"), b"1234567.5");
+        assert_eq!(&*without_thousands(b"881.99"), b"881.99");
+        for bad in [&b"1,5"[..], b"12,34,567", b",123", b"1234,567", b"1,2a4"] {
+            assert_eq!(
+                &*without_thousands(bad),
+                bad,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]
