@@ -158,3 +158,48 @@ fn init_reads_a_coloured_torchtitan_log_and_the_critic_judges_every_mapped_key()
         judged.report()
     );
 }
+
+/// An older Megatron-DeepSpeed (fp16, no grad norm, a field glued to its bar, the lr still in
+/// a token-based warmup): the same shape reads it, grad norm is simply absent, and the run
+/// passes.
+#[test]
+fn init_reads_an_older_megatron_deepspeed_log_without_grad_norm() {
+    let env = Env::new();
+    let text = std::fs::read_to_string(
+        repo_root().join("tests/fixtures/real/text-megatron-deepspeed-gpt125m-fp16-prefix.txt"),
+    )
+    .unwrap();
+    env.write("train.log", &text);
+    let init = env.run(&["init", "--log", "train.log"]).expect(0);
+    // 100 iteration lines (every 10 steps) and 9 validation lines, every one read.
+    assert!(
+        init.stderr().contains("read 109 samples, steps 10..1000"),
+        "{}",
+        init.report()
+    );
+    assert!(!init.stderr().contains("unreadable"), "{}", init.report());
+    env.run(&["check"]).expect(0);
+    let judged = env
+        .run(&["critic", "--once", "--json", "--full-read"])
+        .expect(0);
+    let v: Value = serde_json::from_str(judged.stdout().trim()).unwrap();
+    assert_eq!(v["step"].as_u64(), Some(1000), "{}", judged.report());
+    for name in ["loss", "eval"] {
+        assert_eq!(
+            check(&v, name)["status"],
+            "pass",
+            "{name}\n{}",
+            judged.report()
+        );
+    }
+    let skipped: Vec<&str> = v["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(
+        skipped.contains(&"grad_norm"),
+        "no grad norm logged: {skipped:?}"
+    );
+}
