@@ -259,9 +259,11 @@ const TEXT_SHAPES: &[Shape] = &[
     // was skipped, `loss:` for NeMo's SFT, throughput and timestamps in between), so each is
     // optional after the step. Skipped steps (fp16 loss-scale backoff) are normal and read as
     // nothing; NaN steps are left out of the printed loss, so their count is read too.
+    // `consumed samples:` always comes first, and keeps NeMo 2's Lightning line (`Training
+    // epoch 0, iteration 97/99 | lr: …`, whose iteration counts within the epoch) out.
     Shape {
         name: "Megatron iteration line",
-        regex: r"iteration\s+(?P<step>\d+)/\s*(?P<total_steps>\d+) \|(?:.*?\| learning rate: (?P<lr>[^ |]+))?(?:.*?\| (?:lm )?loss: (?P<loss>[^ |]+))?(?:.*?\| grad norm: (?P<grad_norm>[^ |]+))?(?:.*?\| number of nan iterations: +(?P<nan_iterations>\d+))?",
+        regex: r"iteration\s+(?P<step>\d+)/\s*(?P<total_steps>\d+) \| consumed samples:(?:.*?\| learning rate: (?P<lr>[^ |]+))?(?:.*?\| (?:lm )?loss: (?P<loss>[^ |]+))?(?:.*?\| grad norm: (?P<grad_norm>[^ |]+))?(?:.*?\| number of nan iterations: +(?P<nan_iterations>\d+))?",
         fields: &[
             ("step", "iteration N/"),
             ("total_steps", "iteration .../ M"),
@@ -277,6 +279,18 @@ const TEXT_SHAPES: &[Shape] = &[
         fields: &[
             ("step", "validation loss at iteration N"),
             ("eval_loss", "lm loss value:"),
+        ],
+    },
+    // NeMo 2 (Lightning with Megatron strategy): `Training epoch 0, iteration 97/99 | lr: … |
+    // global_batch_size: … | global_step: 97 | reduced_train_loss: 6.265 | …`. The step is
+    // global_step (iteration counts within the epoch, so its `/M` is no run total).
+    Shape {
+        name: "NeMo 2 training line",
+        regex: r"Training epoch \d+, iteration \d+/\d+(?: \| lr: (?P<lr>[^ |]+))?.*?\| global_step: (?P<step>\d+) .*?\| reduced_train_loss: (?P<loss>[^ |]+)",
+        fields: &[
+            ("step", "global_step:"),
+            ("lr", "lr:"),
+            ("loss", "reduced_train_loss:"),
         ],
     },
     // torchtitan's metrics line, coloured per field (the ANSI codes are stripped before any
@@ -721,6 +735,50 @@ mod tests {
         // modded-nanogpt's `step:N/M` is not taken for torchtitan's.
         let modded = "step:125/1530 val_loss:4.3506 train_time:35455ms step_avg:...";
         assert_eq!(p.parse(modded.as_bytes()), crate::metrics::Parsed::Skip);
+    }
+
+    /// NeMo 2 lines as public READMEs quote them from real runs (a Llama3-8B pretraining on a
+    /// cluster, with launcher prefixes; an NVIDIA recipe's last step with memory fields).
+    const NEMO2_PREFIXED: &str = "[2025-11-20T14:55:23+08:00] retraining/0 Training epoch 0, iteration 97/99 | lr: 1.469e-05 | global_batch_size: 128 | global_step: 97 | reduced_train_loss: 6.265 | train_step_timing in s: 12.22 | tokens_per_sec_per_gpu: 1.073e+04 | consumed_samples: 12544";
+    const NEMO2_MEMORY: &str = "Training epoch 0, iteration 49/49 | lr: 7.496e-06 | global_batch_size: 128 | global_step: 49 | peak_memory_usage: 70833405952 | memory_allocated: 44271689728 | reduced_train_loss: 11.96 | train_step_timing in s: 12.39 | consumed_samples: 6400";
+
+    #[test]
+    fn nemo2_lines_are_not_megatron_lines() {
+        // The Megatron shape must not take NeMo 2's within-epoch `iteration N/M` for a step.
+        let mut megatron = megatron_parser();
+        for line in [NEMO2_PREFIXED, NEMO2_MEMORY] {
+            assert_eq!(
+                megatron.parse(line.as_bytes()),
+                crate::metrics::Parsed::Skip,
+                "{line}"
+            );
+        }
+        let d = detect(
+            "x.out",
+            [NEMO2_PREFIXED, NEMO2_MEMORY].join("\n").as_bytes(),
+        )
+        .unwrap();
+        assert!(
+            d.why.contains("NeMo 2 training line (2 lines)"),
+            "{}",
+            d.why
+        );
+        assert!(!d.why.contains("Megatron"), "{}", d.why);
+        let map = map_keys(&d);
+        let notes = map.notes.join("\n");
+        assert!(notes.contains(r#"step <- "global_step:""#), "{notes}");
+        assert!(
+            notes.contains(r#"loss <- "reduced_train_loss:""#),
+            "{notes}"
+        );
+        let mut p = crate::metrics::text::TextParser::new(&map.metrics).unwrap();
+        let r = sample(&mut p, NEMO2_PREFIXED);
+        assert_eq!(
+            (r.step, r.get("lr"), r.get("loss"), r.total_steps()),
+            (97, Some(1.469e-5), Some(6.265), None)
+        );
+        let r = sample(&mut p, NEMO2_MEMORY);
+        assert_eq!((r.step, r.get("loss")), (49, Some(11.96)));
     }
 
     #[test]
