@@ -256,7 +256,7 @@ const TEXT_SHAPES: &[Shape] = &[
     // Megatron-LM, Megatron-DeepSpeed and NeMo's Megatron path (training_log): `iteration
     // N/ M | consumed samples: … | learning rate: … | lm loss: … | grad norm: … | …`. Fields
     // come and go by version and flags (no loss or grad norm when every step of the interval
-    // was skipped, `loss:` for NeMo's SFT, throughput and timestamps in between), so each is
+    // was skipped, `loss:` where the loss function names it so, throughput and timestamps in between), so each is
     // optional after the step. Skipped steps (fp16 loss-scale backoff) are normal and read as
     // nothing; NaN steps are left out of the printed loss, so their count is read too.
     // `consumed samples:` always comes first, and keeps NeMo 2's Lightning line (`Training
@@ -583,7 +583,8 @@ mod tests {
     /// Lines from real Megatron logs. The first is iteration 1 of the corpus fixture
     /// (Megatron-DeepSpeed); the skipped one and the one without a grad norm are Megatron-LM
     /// (2025) fp16 warmup lines from a public GPT-2 walkthrough; the rank-prefixed one is
-    /// Megatron-LM on Leonardo (timestamped, with throughput); the `loss:` one is NeMo SFT.
+    /// Megatron-LM on Leonardo (timestamped, with throughput); the `loss:` one is a Megatron
+    /// run whose loss is named `loss` (all quoted from public READMEs and notes).
     const MEGATRON_DS: &str = " iteration        1/     500 | consumed samples:           16 | consumed tokens:        32768 | elapsed time per iteration (ms): 15165.9 | learning rate: 2.000E-07 | global batch size:    16 | lm loss: 1.263599E+01 | loss scale: 1.0 | grad norm: 20.203 | num zeros: 0.0 | actual seqlen:  2048 | number of skipped iterations:   0 | number of nan iterations:   0 | samples per second: 1.055 | tokens per gpu per second (tgs): 135.040 | TFLOPs: 7.97 |";
     const MEGATRON_SKIPPED: &str = " [2025-04-13 23:41:12] iteration       10/    1000 | consumed samples:          160 | elapsed time per iteration (ms): 1147.6 | learning rate: 0.000000E+00 | global batch size:    16 | loss scale: 8388608.0 | number of skipped iterations:  10 | number of nan iterations:   0 |";
     const MEGATRON_NO_NORM: &str = " [2025-04-13 23:41:28] iteration       30/    1000 | consumed samples:          480 | elapsed time per iteration (ms): 821.8 | learning rate: 9.000000E-05 | global batch size:    16 | lm loss: 1.038769E+01 | loss scale: 4096.0 | number of skipped iterations:   5 | number of nan iterations:   0 |";
