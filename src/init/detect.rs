@@ -256,8 +256,8 @@ const TEXT_SHAPES: &[Shape] = &[
     // Megatron-LM, Megatron-DeepSpeed and NeMo's Megatron path (training_log): `iteration
     // N/ M | consumed samples: … | learning rate: … | lm loss: … | grad norm: … | …`. Fields
     // come and go by version and flags (no loss or grad norm when every step of the interval
-    // was skipped, `loss:` where the loss function names it so, throughput and timestamps in between), so each is
-    // optional after the step. Skipped steps (fp16 loss-scale backoff) are normal and read as
+    // was skipped, `loss:` where the loss function names it so, throughput and timestamps in
+    // between), so each is optional after the step. Skipped steps (fp16 loss-scale backoff) are normal and read as
     // nothing; NaN steps are left out of the printed loss, so their count is read too.
     // `consumed samples:` always comes first, and keeps NeMo 2's Lightning line (`Training
     // epoch 0, iteration 97/99 | lr: …`, whose iteration counts within the epoch) out.
