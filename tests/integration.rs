@@ -35,6 +35,7 @@ mod retention_torch;
 mod slurm;
 mod status;
 mod tensorboard;
+mod text_shapes;
 mod untrusted_ledger;
 mod watch;
 mod watch_lifecycle;

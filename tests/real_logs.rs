@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// The corpus, in the order of the printed table (SOURCES.md says where each came from).
-const LOGS: [&str; 12] = [
+const LOGS: [&str; 13] = [
     "hf-whisper-5k.json",
     "hf-qwen3-8b-cpt.json",
     "jsonl-llamafactory-qwen-medical-qlora.jsonl",
@@ -30,6 +30,7 @@ const LOGS: [&str; 12] = [
     "text-modded-nanogpt-20runs-appended.txt",
     "text-llmc-gpt2-124m.txt",
     "text-algoperf-shampoo-criteo1tb-nan.txt",
+    "text-megatron-deepspeed-qwen7b-500.txt",
     "csv-lightning-byol3d-spikes.csv",
     "csv-lightning-byol3d-warmup-rise.csv",
     "csv-lightning-byol3d-resume.csv",
@@ -106,6 +107,15 @@ fn line_step(log: &str, line: &str) -> Option<u64> {
     } else if let Some(i) = line.find("] global_step=") {
         // AlgoPerf's training line; its eval line has `global_step=` after other keys.
         digits(&line[i + "] global_step=".len()..])
+    } else if log.starts_with("text-megatron") {
+        // ` iteration   N/   M | …` and ` validation loss at iteration N | …` (the final
+        // `… at iteration 500 on 160-sample draw …` has no step of its own).
+        let (rest, after) = match line.strip_prefix(" validation loss at iteration ") {
+            Some(rest) => (rest, " |"),
+            None => (line.strip_prefix(" iteration")?.trim_start(), "/"),
+        };
+        let n = digits(rest)?;
+        rest[n.to_string().len()..].starts_with(after).then_some(n)
     } else if let Some(rest) = line.strip_prefix("step:") {
         digits(rest)
     } else {

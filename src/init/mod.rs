@@ -218,7 +218,7 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
     o.push('\n');
 
     match fit {
-        FitOutcome::Fitted(f) => render_schedule(&mut o, f),
+        FitOutcome::Fitted(f) => render_schedule(&mut o, f, input),
         FitOutcome::Refused(why) => {
             o.push_str(&format!(
                 "# [schedule] not proposed: {why}.\n# Without one the lr check is off.\n\n"
@@ -242,7 +242,7 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
     o
 }
 
-fn render_schedule(o: &mut String, f: &fit::Fit) {
+fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
     let s: &ScheduleConfig = &f.schedule;
     o.push_str(&format!(
         "# Fitted to {} logged lr samples: {:.1}% within 2% of peak, rms {:.2}%, worst {:.2}% of peak.\n",
@@ -281,8 +281,19 @@ fn render_schedule(o: &mut String, f: &fit::Fit) {
         &s.warmup_steps.to_string(),
         "least squares over the rising lr before the peak",
     );
+    // A text line's total (`iteration N/ M`) is a pattern group, not a key the config can
+    // name, and the config check wants one or the other: write the number the log declared.
+    let log_key_for_total = input.detected.format == LogFormat::HfTrainerState
+        || !input.mapping.metrics.total_steps.is_empty();
     if let Some(t) = s.total_steps {
-        if f.total_from_log {
+        if f.total_from_log && !log_key_for_total {
+            line(
+                o,
+                "total_steps",
+                &t.to_string(),
+                "the log declares it (its lines' total steps)",
+            );
+        } else if f.total_from_log {
             o.push_str(&format!(
                 "# total_steps = {t}   # the log says it: read from there\n"
             ));

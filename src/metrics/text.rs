@@ -2,6 +2,11 @@
 //! the user's `[metrics] patterns`. Capture groups are named after the canonical metric they
 //! hold (`step`, `time`, `loss`, `lr`, `grad_norm`, `tokens_per_s`, `vram`, `eval_loss`), or
 //! listed in `fields`. A line no pattern matches is ordinary log chatter, not garbage.
+//!
+//! One group name feeds no metric: `nan_iterations`, a count of steps in the line's interval
+//! whose loss was not finite. Megatron leaves those steps out of the loss it prints (and says
+//! `number of nan iterations: N`), so a count above 0 makes the sample's loss NaN: otherwise a
+//! run producing NaNs would print a healthy average.
 
 use super::{Fields, Keys, LineParser, Parsed, Target, SLOTS};
 use crate::metrics::mapping::MetricsConfig;
@@ -11,8 +16,12 @@ use regex::bytes::Regex;
 #[derive(Clone)]
 pub struct TextParser {
     keys: Keys,
-    patterns: Vec<(Regex, Vec<Option<Target>>)>,
+    /// Regex, what each group feeds, and which group (if any) counts NaN steps.
+    patterns: Vec<(Regex, Vec<Option<Target>>, Option<usize>)>,
 }
+
+/// The group name that counts the interval's non-finite steps (see the module doc).
+pub const NAN_ITERATIONS: &str = "nan_iterations";
 
 /// A group name → what it feeds (`vram` is accepted for `vram_gib`).
 fn target_of(name: &str) -> Option<Target> {
@@ -25,6 +34,24 @@ fn target_of(name: &str) -> Option<Target> {
     }
 }
 
+/// `10,468` as torchtitan prints tokens/s: commas between groups of three digits dropped.
+/// Anything else (`1,5`, `12,34,567`) is left for the number parser to refuse.
+fn without_thousands(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if !raw.contains(&b',') {
+        return std::borrow::Cow::Borrowed(raw);
+    }
+    let int_end = raw.iter().position(|b| *b == b'.').unwrap_or(raw.len());
+    let groups: Vec<&[u8]> = raw[..int_end].split(|b| *b == b',').collect();
+    let digits = |g: &[u8]| !g.is_empty() && g.iter().all(u8::is_ascii_digit);
+    let grouped = groups[0].len() <= 3
+        && groups.iter().all(|g| digits(g))
+        && groups[1..].iter().all(|g| g.len() == 3);
+    if !grouped {
+        return std::borrow::Cow::Borrowed(raw);
+    }
+    std::borrow::Cow::Owned(raw.iter().copied().filter(|b| *b != b',').collect())
+}
+
 impl TextParser {
     pub fn new(m: &MetricsConfig) -> Result<TextParser> {
         if m.patterns.is_empty() {
@@ -35,6 +62,7 @@ impl TextParser {
             let re = Regex::new(&p.regex)
                 .with_context(|| format!("[metrics] patterns #{}: bad regex", i + 1))?;
             let mut targets = Vec::new();
+            let mut nan_group = None;
             let mut unnamed = p.fields.iter();
             for (g, name) in re.capture_names().enumerate().skip(1) {
                 let name = match name {
@@ -47,10 +75,15 @@ impl TextParser {
                         ),
                     },
                 };
+                if name == NAN_ITERATIONS {
+                    nan_group = Some(targets.len());
+                    targets.push(None);
+                    continue;
+                }
                 let t = target_of(name);
                 if t.is_none() {
                     bail!(
-                        "[metrics] patterns #{}: group `{name}` is not a metric: expected one of step, time, step_time, {}, vram",
+                        "[metrics] patterns #{}: group `{name}` is not a metric: expected one of step, time, step_time, {}, vram, {NAN_ITERATIONS}",
                         i + 1,
                         SLOTS.join(", ")
                     );
@@ -67,7 +100,7 @@ impl TextParser {
             if !targets.contains(&Some(Target::Step)) {
                 bail!("[metrics] patterns #{}: needs a `step` group", i + 1);
             }
-            patterns.push((re, targets));
+            patterns.push((re, targets, nan_group));
         }
         Ok(TextParser {
             keys: Keys::new(m),
@@ -79,7 +112,7 @@ impl TextParser {
 impl LineParser for TextParser {
     fn parse(&mut self, line: &[u8]) -> Parsed {
         let line = super::clean_line(line);
-        for (re, targets) in &self.patterns {
+        for (re, targets, nan_group) in &self.patterns {
             let Some(caps) = re.captures(&line) else {
                 continue;
             };
@@ -88,7 +121,7 @@ impl LineParser for TextParser {
                 let (Some(t), Some(m)) = (t, caps.get(g + 1)) else {
                     continue;
                 };
-                match self.keys.value(*t, m.as_bytes()) {
+                match self.keys.value(*t, &without_thousands(m.as_bytes())) {
                     Some(v) => fields.set(*t, v),
                     None if fields.bad.is_none() => {
                         fields.bad = Some(format!(
@@ -98,6 +131,12 @@ impl LineParser for TextParser {
                     }
                     None => {}
                 }
+            }
+            let nan_steps = nan_group
+                .and_then(|g| caps.get(g + 1))
+                .and_then(|m| super::parse_num(m.as_bytes()));
+            if nan_steps.is_some_and(|n| n > 0.0) {
+                fields.set(Target::Metric(0), f64::NAN); // SLOTS[0] is LOSS
             }
             return fields.finish(&self.keys, "step");
         }
@@ -152,10 +191,43 @@ mod tests {
     }
 
     #[test]
+    fn a_nan_step_count_makes_the_loss_nan() {
+        let m = cfg(&[(
+            r"it (?P<step>\d+) loss (?P<loss>\S+) nan (?P<nan_iterations>\d+)",
+            &[],
+        )]);
+        let mut p = TextParser::new(&m).unwrap();
+        let Parsed::Sample(s) = p.parse(b"it 5 loss 2.5 nan 0") else {
+            panic!()
+        };
+        assert_eq!(s.get("loss"), Some(2.5));
+        let Parsed::Sample(s) = p.parse(b"it 6 loss 2.5 nan 3") else {
+            panic!()
+        };
+        assert!(s.get("loss").unwrap().is_nan());
+    }
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(&*without_thousands(b"10,468"), b"10468");
+        assert_eq!(&*without_thousands(b"1,234,567.5"), b"1234567.5");
+        assert_eq!(&*without_thousands(b"881.99"), b"881.99");
+        for bad in [&b"1,5"[..], b"12,34,567", b",123", b"1234,567", b"1,2a4"] {
+            assert_eq!(
+                &*without_thousands(bad),
+                bad,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
     fn config_mistakes_are_explained() {
         let e = |m| TextParser::new(&m).err().unwrap().to_string();
         assert!(e(cfg(&[])).contains("needs [metrics] patterns"));
         assert!(e(cfg(&[(r"(?P<foo>\d+)", &[])])).contains("`foo` is not a metric"));
+        assert!(e(cfg(&[(r"(?P<foo>\d+)", &[])])).contains("nan_iterations"));
         assert!(e(cfg(&[(r"(\d+)", &[])])).contains("has no name"));
         assert!(e(cfg(&[(r"loss (?P<loss>\d+)", &[])])).contains("needs a `step`"));
     }
