@@ -86,7 +86,7 @@ pub fn run(_global: &Global, a: InitArgs) -> Result<u8> {
             }),
         (None, None) => detect_log(&log)?.with_context(|| {
             format!(
-                "{}: cannot tell the log's format: not JSON lines, not CSV with a header, not trainer_state.json, not TensorBoard events, and no known text line shape (llm.c, nanoGPT, modded-nanogpt, AlgoPerf); pass --format and write [metrics] patterns yourself",
+                "{}: cannot tell the log's format: not JSON lines, not CSV with a header, not trainer_state.json, not TensorBoard events, and no known text line shape (llm.c, nanoGPT, modded-nanogpt, AlgoPerf, Megatron-LM / Megatron-DeepSpeed / NeMo, torchtitan); pass --format and write [metrics] patterns yourself",
                 log.display()
             )
         })?,
