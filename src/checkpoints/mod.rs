@@ -141,6 +141,23 @@ impl Fail {
     }
 }
 
+/// The step a failing verdict says its failure began at: the earliest `diverged_at` of its
+/// failing checks, or `began_at` (a collapse, the loss below its band, is no divergence, but
+/// the checkpoints from its onset on are no better). None when no failing check dates it.
+pub fn onset(verdict: &Record) -> Option<u64> {
+    verdict
+        .get("checks")
+        .and_then(|c| c.as_array())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.get("status").and_then(|s| s.as_str()) == Some("fail"))
+        .filter_map(|c| {
+            let at = |k: &str| c.get(k).and_then(|d| d.as_u64());
+            at("diverged_at").or(at("began_at"))
+        })
+        .min()
+}
+
 /// The run's critic fails, oldest first, each with its onset and what cleared it.
 pub fn fails(records: &[Record], run: &str) -> Vec<Fail> {
     let verdicts: Vec<&Record> = records
@@ -152,20 +169,7 @@ pub fn fails(records: &[Record], run: &str) -> Vec<Fail> {
         if f.str_field("status") != Some("fail") {
             continue;
         }
-        let onset = f
-            .get("checks")
-            .and_then(|c| c.as_array())
-            .into_iter()
-            .flatten()
-            .filter(|c| c.get("status").and_then(|s| s.as_str()) == Some("fail"))
-            // A collapse (`began_at`: the loss below its band) is no divergence, but the
-            // checkpoints from its onset on are no better.
-            .filter_map(|c| {
-                let at = |k: &str| c.get(k).and_then(|d| d.as_u64());
-                at("diverged_at").or(at("began_at"))
-            })
-            .min()
-            .or(f.step);
+        let onset = onset(f).or(f.step);
         let cleared_by = verdicts[i + 1..]
             .iter()
             .find(|p| matches!(p.str_field("status"), Some("pass") | Some("warn")))

@@ -60,22 +60,6 @@ impl Incident {
     }
 }
 
-/// The step a failing verdict says its failure began at: the earliest `diverged_at` (or
-/// `began_at`, a collapse) of its failing checks, as `checkpoints::fails` reads it.
-fn onset(verdict: &Record) -> Option<u64> {
-    verdict
-        .get("checks")
-        .and_then(|c| c.as_array())
-        .into_iter()
-        .flatten()
-        .filter(|c| c.get("status").and_then(|s| s.as_str()) == Some("fail"))
-        .filter_map(|c| {
-            let at = |k: &str| c.get(k).and_then(|d| d.as_u64());
-            at("diverged_at").or(at("began_at"))
-        })
-        .min()
-}
-
 /// A vertical line on every plot.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Marker {
@@ -223,7 +207,7 @@ impl Events {
                                 .find(|v2| {
                                     v.is_some_and(|v| v2.kind == Kind::Verdict && v2.seq == v)
                                 })
-                                .and_then(|v| onset(v))
+                                .and_then(|v| crate::checkpoints::onset(v))
                                 .or(r.u64_field("diverged_at"))
                         })
                         .flatten();
@@ -458,7 +442,7 @@ impl Events {
                             kind: "critic fail".into(),
                             detected: r.ts,
                             step: r.step,
-                            began_at: onset(r),
+                            began_at: crate::checkpoints::onset(r),
                             rolled_back_to: None,
                             what: super::tables::failing_reasons(r),
                             actions: vec!["none: not a rollback_on check, or no watch".into()],
