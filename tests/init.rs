@@ -437,3 +437,30 @@ fn init_on_tensorboard_and_mlflow_runs_then_critic_passes_and_catches_a_doubled_
         .unwrap_or_else(|| panic!("no lr check\n{}", bad.report()));
     assert_eq!(lr["status"], "fail", "{}", bad.report());
 }
+
+/// Issue 29: `init --log .` beside a run roger already watched took roger's own ledger for
+/// the newest log (and one level down, other ledgers); it passes them over and says so.
+#[test]
+fn init_on_a_directory_never_picks_rogers_own_files() {
+    let env = Env::new();
+    let log = std::fs::read(repo_root().join("tests/fixtures/real/text-llmc-gpt2-124m.txt"));
+    env.write("train.log", log.unwrap());
+    env.run(&["init", "--log", "train.log"]).expect(0);
+    // The real roger writes the ledger and its summary cache, both newer than the log.
+    env.run(&["critic", "--once"]).expect(0);
+    let ledger = env.read("roger-ledger.jsonl");
+    env.write("old/old.ledger.jsonl", &ledger);
+    // A ledger under a log's name is known by its first record.
+    env.write("copy.jsonl", &ledger);
+    env.write("roger.prom", "roger_up 1\n");
+    env.write(".roger-queue/x.json", "{}\n");
+    let out = env
+        .run(&["init", "--log", ".", "--out", "again.toml"])
+        .expect(0);
+    out.stderr_has("train.log (the newest log in .)")
+        .stderr_has("passed over ./roger-ledger.jsonl (a roger ledger)")
+        .stderr_has("passed over ./old/old.ledger.jsonl (a roger ledger)")
+        .stderr_has("passed over ./copy.jsonl (a roger ledger: its first line is a ledger record)");
+    let cfg = env.read("again.toml");
+    assert!(cfg.contains("log = \"train.log\""), "{cfg}");
+}
