@@ -464,3 +464,23 @@ fn init_on_a_directory_never_picks_rogers_own_files() {
     let cfg = env.read("again.toml");
     assert!(cfg.contains("log = \"train.log\""), "{cfg}");
 }
+
+/// Issue 29: the shapes' line counts came from the 256 KiB head detection reads, printed and
+/// written into the config as if they were the file's. The llm.c fixture is longer than that.
+#[test]
+fn init_counts_a_text_logs_lines_over_the_whole_file() {
+    let env = Env::new();
+    let log = std::fs::read(repo_root().join("tests/fixtures/real/text-llmc-gpt2-124m.txt"));
+    let log = log.unwrap();
+    assert!(log.len() > 256 * 1024, "the fixture must outgrow the head");
+    let text = String::from_utf8_lossy(&log);
+    let train = text.lines().filter(|l| l.contains(" trl:")).count();
+    let eval = text.lines().filter(|l| l.contains(" tel:")).count();
+    env.write("train.log", &log);
+    let want = format!("llm.c train line ({train} lines), llm.c eval line ({eval} lines)");
+    env.run(&["init", "--log", "train.log"])
+        .expect(0)
+        .stderr_has(&want);
+    let cfg = env.read("roger.toml");
+    assert!(cfg.contains(&want), "{cfg}");
+}

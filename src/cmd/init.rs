@@ -198,7 +198,15 @@ fn detect_log(log: &Path) -> Result<Option<detect::Detected>> {
     }
     let head = read_head(log)?;
     let name = log.file_name().map(|n| n.to_string_lossy().into_owned());
-    Ok(detect::detect(name.as_deref().unwrap_or(""), &head))
+    let mut detected = detect::detect(name.as_deref().unwrap_or(""), &head);
+    if let Some(d) = detected.as_mut().filter(|_| head.len() == HEAD_BYTES) {
+        // Only the head was looked at: count the shapes' lines over the whole file.
+        let f =
+            std::fs::File::open(log).with_context(|| format!("opening log {}", log.display()))?;
+        detect::count_whole_text(d, std::io::BufReader::new(f))
+            .with_context(|| format!("reading {}", log.display()))?;
+    }
+    Ok(detected)
 }
 
 /// `--log DIR`: the directory itself when it is a log (TensorBoard event files, an MLflow
