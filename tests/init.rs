@@ -438,6 +438,11 @@ fn init_on_tensorboard_and_mlflow_runs_then_critic_passes_and_catches_a_doubled_
     assert_eq!(lr["status"], "fail", "{}", bad.report());
 }
 
+fn log_tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len() - 50..].join("\n") + "\n"
+}
+
 /// Issue 29: `init --log .` beside a run roger already watched took roger's own ledger for
 /// the newest log (and one level down, other ledgers); it passes them over and says so.
 #[test]
@@ -454,13 +459,16 @@ fn init_on_a_directory_never_picks_rogers_own_files() {
     env.write("copy.jsonl", &ledger);
     env.write("roger.prom", "roger_up 1\n");
     env.write(".roger-queue/x.json", "{}\n");
+    // Evidence roger kept of the run (a copy of its log tail) is no log to configure.
+    env.write(".roger/evidence.log", &log_tail(&env.read("train.log")));
     let out = env
         .run(&["init", "--log", ".", "--out", "again.toml"])
         .expect(0);
     out.stderr_has("train.log (the newest log in .)")
         .stderr_has("passed over ./roger-ledger.jsonl (a roger ledger)")
         .stderr_has("passed over ./old/old.ledger.jsonl (a roger ledger)")
-        .stderr_has("passed over ./copy.jsonl (a roger ledger: its first line is a ledger record)");
+        .stderr_has("passed over ./copy.jsonl (a roger ledger: its first line is a ledger record)")
+        .stderr_has("passed over ./.roger (roger's evidence and quarantine folder)");
     let cfg = env.read("again.toml");
     assert!(cfg.contains("log = \"train.log\""), "{cfg}");
 }
