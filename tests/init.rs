@@ -460,7 +460,7 @@ fn init_on_a_directory_never_picks_rogers_own_files() {
     env.write("roger.prom", "roger_up 1\n");
     env.write(".roger-queue/x.json", "{}\n");
     // Evidence roger kept of the run (a copy of its log tail) is no log to configure.
-    env.write(".roger/evidence.log", &log_tail(&env.read("train.log")));
+    env.write(".roger/evidence.log", log_tail(&env.read("train.log")));
     let out = env
         .run(&["init", "--log", ".", "--out", "again.toml"])
         .expect(0);
