@@ -437,3 +437,58 @@ fn init_on_tensorboard_and_mlflow_runs_then_critic_passes_and_catches_a_doubled_
         .unwrap_or_else(|| panic!("no lr check\n{}", bad.report()));
     assert_eq!(lr["status"], "fail", "{}", bad.report());
 }
+
+fn log_tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len() - 50..].join("\n") + "\n"
+}
+
+/// Issue 29: `init --log .` beside a run roger already watched took roger's own ledger for
+/// the newest log (and one level down, other ledgers); it passes them over and says so.
+#[test]
+fn init_on_a_directory_never_picks_rogers_own_files() {
+    let env = Env::new();
+    let log = std::fs::read(repo_root().join("tests/fixtures/real/text-llmc-gpt2-124m.txt"));
+    env.write("train.log", log.unwrap());
+    env.run(&["init", "--log", "train.log"]).expect(0);
+    // The real roger writes the ledger and its summary cache, both newer than the log.
+    env.run(&["critic", "--once"]).expect(0);
+    let ledger = env.read("roger-ledger.jsonl");
+    env.write("old/old.ledger.jsonl", &ledger);
+    // A ledger under a log's name is known by its first record.
+    env.write("copy.jsonl", &ledger);
+    env.write("roger.prom", "roger_up 1\n");
+    env.write(".roger-queue/x.json", "{}\n");
+    // Evidence roger kept of the run (a copy of its log tail) is no log to configure.
+    env.write(".roger/evidence.log", log_tail(&env.read("train.log")));
+    let out = env
+        .run(&["init", "--log", ".", "--out", "again.toml"])
+        .expect(0);
+    out.stderr_has("train.log (the newest log in .)")
+        .stderr_has("passed over ./roger-ledger.jsonl (a roger ledger)")
+        .stderr_has("passed over ./old/old.ledger.jsonl (a roger ledger)")
+        .stderr_has("passed over ./copy.jsonl (a roger ledger: its first line is a ledger record)")
+        .stderr_has("passed over ./.roger (roger's evidence and quarantine folder)");
+    let cfg = env.read("again.toml");
+    assert!(cfg.contains("log = \"train.log\""), "{cfg}");
+}
+
+/// Issue 29: the shapes' line counts came from the 256 KiB head detection reads, printed and
+/// written into the config as if they were the file's. The llm.c fixture is longer than that.
+#[test]
+fn init_counts_a_text_logs_lines_over_the_whole_file() {
+    let env = Env::new();
+    let log = std::fs::read(repo_root().join("tests/fixtures/real/text-llmc-gpt2-124m.txt"));
+    let log = log.unwrap();
+    assert!(log.len() > 256 * 1024, "the fixture must outgrow the head");
+    let text = String::from_utf8_lossy(&log);
+    let train = text.lines().filter(|l| l.contains(" trl:")).count();
+    let eval = text.lines().filter(|l| l.contains(" tel:")).count();
+    env.write("train.log", &log);
+    let want = format!("llm.c train line ({train} lines), llm.c eval line ({eval} lines)");
+    env.run(&["init", "--log", "train.log"])
+        .expect(0)
+        .stderr_has(&want);
+    let cfg = env.read("roger.toml");
+    assert!(cfg.contains(&want), "{cfg}");
+}

@@ -198,7 +198,15 @@ fn detect_log(log: &Path) -> Result<Option<detect::Detected>> {
     }
     let head = read_head(log)?;
     let name = log.file_name().map(|n| n.to_string_lossy().into_owned());
-    Ok(detect::detect(name.as_deref().unwrap_or(""), &head))
+    let mut detected = detect::detect(name.as_deref().unwrap_or(""), &head);
+    if let Some(d) = detected.as_mut().filter(|_| head.len() == HEAD_BYTES) {
+        // Only the head was looked at: count the shapes' lines over the whole file.
+        let f =
+            std::fs::File::open(log).with_context(|| format!("opening log {}", log.display()))?;
+        detect::count_whole_text(d, std::io::BufReader::new(f))
+            .with_context(|| format!("reading {}", log.display()))?;
+    }
+    Ok(detected)
 }
 
 /// `--log DIR`: the directory itself when it is a log (TensorBoard event files, an MLflow
@@ -226,10 +234,18 @@ fn find_log(path: &Path) -> Result<PathBuf> {
             || n == "log.txt"
     };
     let mut found: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
-    let visit = |dir: &Path, depth: usize, found: &mut Vec<_>| -> Result<Vec<PathBuf>> {
+    let mut passed_over: Vec<(PathBuf, &'static str)> = Vec::new();
+    let mut visit = |dir: &Path, depth: usize, found: &mut Vec<_>| -> Result<Vec<PathBuf>> {
         let mut subdirs = Vec::new();
         for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
             let p = e?.path();
+            if let Some(why) = rogers_own(&p) {
+                // Only what could have been taken for a log is worth a word.
+                if p.is_dir() || looks_like_log(&p) {
+                    passed_over.push((p, why));
+                }
+                continue;
+            }
             if p.is_dir() {
                 if let Some(m) = directory_log(&p) {
                     found.push((m, p));
@@ -246,6 +262,10 @@ fn find_log(path: &Path) -> Result<PathBuf> {
     for sub in visit(path, 0, &mut found)? {
         visit(&sub, 1, &mut found)?;
     }
+    passed_over.sort();
+    for (p, why) in &passed_over {
+        crate::noteln!("roger: init: passed over {} ({why})", p.display());
+    }
     found.sort();
     match found.pop() {
         Some((_, p)) => {
@@ -256,6 +276,60 @@ fn find_log(path: &Path) -> Result<PathBuf> {
             "{}: no log found (looked for trainer_state.json, *.jsonl, *.csv, *.log, TensorBoard event files and MLflow runs there and one level down); pass --log FILE",
             path.display()
         ),
+    }
+}
+
+/// Why `p` is roger's own file or folder (never a training log), or None. By name, and a
+/// `.jsonl` by content too: a ledger copied or renamed still starts with a ledger record.
+fn rogers_own(p: &Path) -> Option<&'static str> {
+    let name = p.file_name()?.to_string_lossy().to_lowercase();
+    if p.is_dir() {
+        return match name.as_str() {
+            ".roger" => Some("roger's evidence and quarantine folder"),
+            ".roger-upload" => Some("roger's upload queue"),
+            ".roger-queue" => Some("roger's publish queue"),
+            _ => None,
+        };
+    }
+    if name == crate::ledger::DEFAULT_FILE || name.ends_with(".ledger.jsonl") {
+        return Some("a roger ledger");
+    }
+    if name.ends_with(".critic-cache") {
+        return Some("roger's summary cache");
+    }
+    if name == "roger.prom" {
+        return Some("roger's metrics export");
+    }
+    if name == "roger-report.html" {
+        return Some("roger's report");
+    }
+    if name.ends_with(".jsonl") && starts_with_ledger_record(p) {
+        return Some("a roger ledger: its first line is a ledger record");
+    }
+    None
+}
+
+/// Whether the file's first line is a JSON object with a ledger record's `seq`, `kind`,
+/// `prev` and `hash`.
+fn starts_with_ledger_record(p: &Path) -> bool {
+    use std::io::BufRead;
+    let Ok(f) = std::fs::File::open(p) else {
+        return false;
+    };
+    let mut first = Vec::new();
+    // A ledger record is small; a longer first line is no ledger's.
+    if std::io::BufReader::new(f)
+        .take(64 * 1024)
+        .read_until(b'\n', &mut first)
+        .is_err()
+    {
+        return false;
+    }
+    match serde_json::from_slice::<serde_json::Value>(&first) {
+        Ok(serde_json::Value::Object(m)) => ["seq", "kind", "prev", "hash"]
+            .iter()
+            .all(|k| m.contains_key(*k)),
+        _ => false,
     }
 }
 

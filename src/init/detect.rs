@@ -322,7 +322,7 @@ fn text(_: &str, head: &[u8]) -> Option<Detected> {
         .map(|l| String::from_utf8_lossy(&crate::metrics::clean_line(l)).into_owned())
         .collect();
     let mut patterns = Vec::new();
-    let mut names = Vec::new();
+    let mut counts = Vec::new();
     for shape in TEXT_SHAPES {
         let rx = regex::Regex::new(shape.regex).expect("built-in pattern");
         let hits = cleaned.iter().filter(|l| rx.is_match(l)).count();
@@ -331,15 +331,45 @@ fn text(_: &str, head: &[u8]) -> Option<Detected> {
                 regex: shape.regex.to_string(),
                 fields: Vec::new(),
             });
-            names.push(format!("{} ({hits} lines)", shape.name));
+            counts.push(hits as u64);
         }
     }
     (!patterns.is_empty()).then(|| Detected {
         format: LogFormat::Text,
-        why: format!("text; known line shapes: {}", names.join(", ")),
+        why: text_why(&patterns, &counts),
         keys: Vec::new(),
         patterns,
     })
+}
+
+fn text_why(patterns: &[TextPattern], counts: &[u64]) -> String {
+    let names: Vec<String> = patterns
+        .iter()
+        .zip(counts)
+        .filter_map(|(p, n)| Some(format!("{} ({n} lines)", shape_of(p)?.name)))
+        .collect();
+    format!("text; known line shapes: {}", names.join(", "))
+}
+
+/// A text log longer than the head it was detected from: its shapes' line counts over the
+/// whole file, so that what init prints (and writes in the config's comment) is the file's
+/// count, not the head's. One pass, one regex set.
+pub fn count_whole_text(d: &mut Detected, file: impl std::io::BufRead) -> std::io::Result<()> {
+    if d.format != LogFormat::Text || d.patterns.iter().any(|p| shape_of(p).is_none()) {
+        return Ok(());
+    }
+    let set = regex::RegexSet::new(d.patterns.iter().map(|p| p.regex.as_str()))
+        .expect("built-in patterns");
+    let mut counts = vec![0u64; d.patterns.len()];
+    for line in file.split(b'\n') {
+        let line = line?;
+        let line = crate::metrics::clean_line(&line);
+        for i in set.matches(&String::from_utf8_lossy(&line)).iter() {
+            counts[i] += 1;
+        }
+    }
+    d.why = text_why(&d.patterns, &counts);
+    Ok(())
 }
 
 /// Keys roger tries for each metric, in order of preference.
