@@ -50,7 +50,7 @@ pub fn parse(bytes: &[u8], path: &Path, m: &MetricsConfig) -> Batch {
         .map(|t| t as f64);
     // The trainer's own word that the run ended: `global_step` reached `max_steps`. Its last
     // loss entry may be a logging interval short of that; the closing summary entry (at
-    // `global_step`, no mapped metric) is kept so the newest step is where the run ended and
+    // `global_step`, no mapped metric) is kept, when past the last kept entry, so the newest step is where the run ended and
     // the critic sees it finished instead of stopped.
     let finished_at = doc
         .get("global_step")
@@ -93,7 +93,11 @@ pub fn parse(bytes: &[u8], path: &Path, m: &MetricsConfig) -> Batch {
         };
         match fields.finish(&keys, &m.step) {
             // Summary entries (train_runtime, total_flos) carry none of the mapped metrics.
-            Parsed::Sample(s) if s.is_empty() && finished_at == Some(s.step) => {
+            Parsed::Sample(s)
+                if s.is_empty()
+                    && finished_at == Some(s.step)
+                    && out.records.last().is_none_or(|r| r.step < s.step) =>
+            {
                 out.records.push(with_total(s))
             }
             Parsed::Sample(s) if s.is_empty() => {}
