@@ -498,3 +498,36 @@ fn finished_hf_run_is_not_stale_hours_later_but_a_short_one_is() {
         assert!(stale["reason"].as_str().unwrap().contains(words), "{v:#}");
     }
 }
+
+/// Issue 29, guard: a text log (nanoGPT, `max_iters` 400) judged two hours after its last line
+/// is finished when its step reached `[schedule] total_steps`, and stale when short of it.
+#[test]
+fn finished_text_run_is_not_stale_hours_later_but_a_short_one_is() {
+    let ended = std::time::UNIX_EPOCH + Duration::from_secs(1_714_521_600);
+    for (total, want) in [(400, "pass"), (5000, "fail")] {
+        let env = Env::new();
+        env.write(
+            "roger.toml",
+            format!("[run]\nname = \"nano\"\nlog = \"train.log\"\nformat = \"text\"\n[metrics]\npatterns = [{{ regex = 'iter (\\d+): loss ([^,]+),', fields = [\"step\", \"loss\"] }}]\n[schedule]\nkind = \"constant\"\npeak_lr = 6e-4\ntotal_steps = {total}\n[[phase]]\nname = \"all\"\nfrom = 0\nstale = \"1h\"\n"),
+        );
+        let log = env.write(
+            "train.log",
+            std::fs::read(fixture("nanogpt_train.log")).unwrap(),
+        );
+        std::fs::File::options()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_modified(ended)
+            .unwrap();
+        let run = env.run(&[
+            "critic",
+            "--once",
+            "--json",
+            "--now",
+            "2024-05-01T02:00:00Z",
+        ]);
+        let v = json_out(&run);
+        assert_eq!(check(&v, "stale")["status"], want, "total {total}: {v:#}");
+    }
+}
