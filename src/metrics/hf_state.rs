@@ -50,8 +50,8 @@ pub fn parse(bytes: &[u8], path: &Path, m: &MetricsConfig) -> Batch {
         .map(|t| t as f64);
     // The trainer's own word that the run ended: `global_step` reached `max_steps`. Its last
     // loss entry may be a logging interval short of that; the closing summary entry (at
-    // `global_step`, no mapped metric) is kept, when past the last kept entry, so the newest step is where the run ended and
-    // the critic sees it finished instead of stopped.
+    // `global_step`, no mapped metric) is kept when past the last kept entry, so the newest
+    // step is where the run ended and the critic sees it finished instead of stopped.
     let finished_at = doc
         .get("global_step")
         .and_then(Value::as_u64)
