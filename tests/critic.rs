@@ -451,3 +451,83 @@ fn flapping_checks_are_named_from_the_verdict_history() {
     let v = verdicts(&env).pop().unwrap();
     assert_eq!(v.get("flapping").unwrap(), &serde_json::json!(["loss"]));
 }
+
+/// Issue 29: a finished HF run judged two hours after its end. The real trainer_state.json has
+/// `global_step == max_steps` (2178) but its last loss entry is at 2175 (logged every 5 steps);
+/// only the closing summary entry is at 2178. Not stale: it finished. The same run cut short
+/// (log_history truncated at step 1000, `global_step` 1000, as a crash leaves it) stays stale.
+#[test]
+fn finished_hf_run_is_not_stale_hours_later_but_a_short_one_is() {
+    let config = "[run]\nname = \"q\"\nlog = \"trainer_state.json\"\nformat = \"hf-trainer-state\"\n[metrics]\nstep = \"step\"\nloss = \"loss\"\n[[phase]]\nname = \"all\"\nfrom = 0\nstale = \"1h\"\n";
+    let real: Value =
+        serde_json::from_slice(&std::fs::read(fixture("real/hf-qwen3-8b-cpt.json")).unwrap())
+            .unwrap();
+    let mut short = real.clone();
+    let history = short["log_history"].as_array_mut().unwrap();
+    history.retain(|e| e["step"].as_u64().is_some_and(|s| s <= 1000) && e.get("loss").is_some());
+    short["global_step"] = 1000.into();
+    // The entries carry no time: the file's mtime (2024-05-01T00:00:00Z) stands in.
+    let ended = std::time::UNIX_EPOCH + Duration::from_secs(1_714_521_600);
+    for (doc, want, words) in [
+        (
+            &real,
+            "pass",
+            "the run reached total_steps = 2178 (step 2178)",
+        ),
+        (&short, "fail", "no new step for 2h (step 1000)"),
+    ] {
+        let env = Env::new();
+        env.write("roger.toml", config);
+        let log = env.write("trainer_state.json", serde_json::to_vec(doc).unwrap());
+        std::fs::File::options()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_modified(ended)
+            .unwrap();
+        let run = env.run(&[
+            "critic",
+            "--once",
+            "--json",
+            "--now",
+            "2024-05-01T02:00:00Z",
+        ]);
+        let v = json_out(&run);
+        let stale = check(&v, "stale");
+        assert_eq!(stale["status"], want, "{v:#}");
+        assert!(stale["reason"].as_str().unwrap().contains(words), "{v:#}");
+    }
+}
+
+/// Issue 29, guard: a text log (nanoGPT, `max_iters` 400) judged two hours after its last line
+/// is finished when its step reached `[schedule] total_steps`, and stale when short of it.
+#[test]
+fn finished_text_run_is_not_stale_hours_later_but_a_short_one_is() {
+    let ended = std::time::UNIX_EPOCH + Duration::from_secs(1_714_521_600);
+    for (total, want) in [(400, "pass"), (5000, "fail")] {
+        let env = Env::new();
+        env.write(
+            "roger.toml",
+            format!("[run]\nname = \"nano\"\nlog = \"train.log\"\nformat = \"text\"\n[metrics]\npatterns = [{{ regex = 'iter (\\d+): loss ([^,]+),', fields = [\"step\", \"loss\"] }}]\n[schedule]\nkind = \"constant\"\npeak_lr = 6e-4\ntotal_steps = {total}\n[[phase]]\nname = \"all\"\nfrom = 0\nstale = \"1h\"\n"),
+        );
+        let log = env.write(
+            "train.log",
+            std::fs::read(fixture("nanogpt_train.log")).unwrap(),
+        );
+        std::fs::File::options()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_modified(ended)
+            .unwrap();
+        let run = env.run(&[
+            "critic",
+            "--once",
+            "--json",
+            "--now",
+            "2024-05-01T02:00:00Z",
+        ]);
+        let v = json_out(&run);
+        assert_eq!(check(&v, "stale")["status"], want, "total {total}: {v:#}");
+    }
+}

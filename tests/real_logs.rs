@@ -463,14 +463,29 @@ fn every_real_log_is_read_whole_without_garbage() {
         let text = std::fs::read_to_string(fixture(log)).unwrap();
         let (samples, last) = if log.ends_with(".json") {
             let doc: Value = serde_json::from_str(&text).unwrap();
-            // Entries with a step, less the end-of-training summary (no metric roger maps).
-            let entries: Vec<&Value> = doc["log_history"]
+            // Entries with a step, less the end-of-training summary (no metric roger maps)...
+            let mut entries: Vec<&Value> = doc["log_history"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .filter(|e| e["step"].is_u64() && e.get("train_runtime").is_none())
                 .collect();
-            let last = entries.iter().filter_map(|e| e["step"].as_u64()).max();
+            let mut last = entries.iter().filter_map(|e| e["step"].as_u64()).max();
+            // ...unless it marks where a finished run (global_step reached max_steps) ended,
+            // past its last logged entry (issue 29).
+            let finished = matches!(
+                (doc["global_step"].as_u64(), doc["max_steps"].as_u64()),
+                (Some(g), Some(m)) if m > 0 && g >= m
+            );
+            let summary = doc["log_history"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e.get("train_runtime").is_some());
+            if let Some(s) = summary.filter(|s| finished && s["step"].as_u64() > last) {
+                entries.push(s);
+                last = s["step"].as_u64();
+            }
             (entries.len() as u64, last)
         } else {
             let steps: Vec<u64> = text.lines().filter_map(|l| line_step(log, l)).collect();

@@ -48,6 +48,14 @@ pub fn parse(bytes: &[u8], path: &Path, m: &MetricsConfig) -> Batch {
         .and_then(Value::as_u64)
         .filter(|t| *t > 0)
         .map(|t| t as f64);
+    // The trainer's own word that the run ended: `global_step` reached `max_steps`. Its last
+    // loss entry may be a logging interval short of that; the closing summary entry (at
+    // `global_step`, no mapped metric) is kept when past the last kept entry, so the newest
+    // step is where the run ended and the critic sees it finished instead of stopped.
+    let finished_at = doc
+        .get("global_step")
+        .and_then(Value::as_u64)
+        .filter(|g| max_steps.is_some_and(|t| *g as f64 >= t));
     for (i, entry) in history.iter().enumerate() {
         let Some(obj) = entry.as_object() else {
             out.push_garbage(garbage(1, format!("log_history[{i}] is not an object")));
@@ -85,6 +93,13 @@ pub fn parse(bytes: &[u8], path: &Path, m: &MetricsConfig) -> Batch {
         };
         match fields.finish(&keys, &m.step) {
             // Summary entries (train_runtime, total_flos) carry none of the mapped metrics.
+            Parsed::Sample(s)
+                if s.is_empty()
+                    && finished_at == Some(s.step)
+                    && out.records.last().is_none_or(|r| r.step < s.step) =>
+            {
+                out.records.push(with_total(s))
+            }
             Parsed::Sample(s) if s.is_empty() => {}
             Parsed::Sample(s) => out.records.push(with_total(s)),
             Parsed::Partial(s, why) => {
