@@ -479,24 +479,28 @@ fn finished_hf_run_is_not_stale_hours_later_but_a_short_one_is() {
         let env = Env::new();
         env.write("roger.toml", config);
         let log = env.write("trainer_state.json", serde_json::to_vec(doc).unwrap());
-        std::fs::File::options()
-            .write(true)
-            .open(&log)
-            .unwrap()
-            .set_modified(ended)
-            .unwrap();
-        let run = env.run(&[
-            "critic",
-            "--once",
-            "--json",
-            "--now",
-            "2024-05-01T02:00:00Z",
-        ]);
-        let v = json_out(&run);
+        let v = judged_two_hours_after(&env, &log, ended);
         let stale = check(&v, "stale");
         assert_eq!(stale["status"], want, "{v:#}");
         assert!(stale["reason"].as_str().unwrap().contains(words), "{v:#}");
     }
+}
+
+/// `critic --once --json` at 2024-05-01T02:00Z on a log last written at `ended`.
+fn judged_two_hours_after(env: &Env, log: &std::path::Path, ended: std::time::SystemTime) -> Value {
+    std::fs::File::options()
+        .write(true)
+        .open(log)
+        .unwrap()
+        .set_modified(ended)
+        .unwrap();
+    json_out(&env.run(&[
+        "critic",
+        "--once",
+        "--json",
+        "--now",
+        "2024-05-01T02:00:00Z",
+    ]))
 }
 
 /// Issue 29, guard: a text log (nanoGPT, `max_iters` 400) judged two hours after its last line
@@ -514,20 +518,7 @@ fn finished_text_run_is_not_stale_hours_later_but_a_short_one_is() {
             "train.log",
             std::fs::read(fixture("nanogpt_train.log")).unwrap(),
         );
-        std::fs::File::options()
-            .write(true)
-            .open(&log)
-            .unwrap()
-            .set_modified(ended)
-            .unwrap();
-        let run = env.run(&[
-            "critic",
-            "--once",
-            "--json",
-            "--now",
-            "2024-05-01T02:00:00Z",
-        ]);
-        let v = json_out(&run);
+        let v = judged_two_hours_after(&env, &log, ended);
         assert_eq!(check(&v, "stale")["status"], want, "total {total}: {v:#}");
     }
 }

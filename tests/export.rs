@@ -290,14 +290,6 @@ fn scrape(port: u16) -> std::io::Result<String> {
     Ok(body)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// One scrape's roger series, checked line by line: `name{labels} value`, a HELP and TYPE for
 /// each family, every value a number. Returns the tick count the file carried.
 fn check_scrape(body: &str) -> Result<f64, String> {
@@ -335,7 +327,7 @@ fn node_exporter_scrapes_cleanly_while_roger_rewrites_the_file() {
     };
     let env = Env::new();
     config(&env, "interval = \"5ms\"\nstale = \"60s\"");
-    let port = free_port();
+    let port = util::s3::free_port();
     let _ne = KillOnDrop(
         Command::new(exporter)
             .args([

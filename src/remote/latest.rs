@@ -167,9 +167,6 @@ mod tests {
         {
             self.inner.get(k)
         }
-        fn get_range(&self, k: &str, a: u64, b: u64) -> crate::remote::store::StoreResult<Vec<u8>> {
-            self.inner.get_range(k, a, b)
-        }
         fn read_range(
             &self,
             k: &str,

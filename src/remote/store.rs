@@ -60,8 +60,6 @@ pub trait Store: Send + Sync {
     fn describe(&self) -> String;
     fn head(&self, key: &str) -> StoreResult<Option<Meta>>;
     fn get(&self, key: &str) -> StoreResult<Option<(Vec<u8>, Meta)>>;
-    /// Bytes `start..end` of the object.
-    fn get_range(&self, key: &str, start: u64, end: u64) -> StoreResult<Vec<u8>>;
     /// Bytes `start..end` of the object, handed to `sink` as they arrive (nothing buffered
     /// beyond the transport's chunks). Returns how many bytes came.
     fn read_range(&self, key: &str, start: u64, end: u64, sink: &mut Sink<'_>) -> StoreResult<u64>;
@@ -292,14 +290,6 @@ impl Store for S3 {
         }
     }
 
-    fn get_range(&self, key: &str, start: u64, end: u64) -> StoreResult<Vec<u8>> {
-        use object_store::ObjectStore;
-        self.rt
-            .block_on(self.s3.get_range(&path(key), start..end))
-            .map(|b| b.to_vec())
-            .map_err(|e| self.err(key, "reading", e))
-    }
-
     fn read_range(&self, key: &str, start: u64, end: u64, sink: &mut Sink<'_>) -> StoreResult<u64> {
         use futures::StreamExt;
         use object_store::{GetOptions, GetRange, ObjectStore};
@@ -436,6 +426,16 @@ impl Memory {
     pub fn uploads_open(&self) -> usize {
         self.uploads.lock().unwrap().len()
     }
+
+    /// Bytes `start..end` of an object.
+    fn get_range(&self, key: &str, start: u64, end: u64) -> StoreResult<Vec<u8>> {
+        let o = self.objects.lock().unwrap();
+        let (b, _) = o
+            .get(key)
+            .ok_or_else(|| StoreError::NotFound(format!("{key}: not found")))?;
+        let end = (end as usize).min(b.len());
+        Ok(b.get(start as usize..end).unwrap_or_default().to_vec())
+    }
 }
 
 impl Store for Memory {
@@ -460,14 +460,6 @@ impl Store for Memory {
                 },
             )
         }))
-    }
-    fn get_range(&self, key: &str, start: u64, end: u64) -> StoreResult<Vec<u8>> {
-        let o = self.objects.lock().unwrap();
-        let (b, _) = o
-            .get(key)
-            .ok_or_else(|| StoreError::NotFound(format!("{key}: not found")))?;
-        let end = (end as usize).min(b.len());
-        Ok(b.get(start as usize..end).unwrap_or_default().to_vec())
     }
     fn read_range(&self, key: &str, start: u64, end: u64, sink: &mut Sink<'_>) -> StoreResult<u64> {
         let bytes = self.get_range(key, start, end)?;
@@ -566,9 +558,6 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     fn get(&self, key: &str) -> StoreResult<Option<(Vec<u8>, Meta)>> {
         (**self).get(key)
-    }
-    fn get_range(&self, key: &str, start: u64, end: u64) -> StoreResult<Vec<u8>> {
-        (**self).get_range(key, start, end)
     }
     fn read_range(&self, key: &str, start: u64, end: u64, sink: &mut Sink<'_>) -> StoreResult<u64> {
         (**self).read_range(key, start, end, sink)

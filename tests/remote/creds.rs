@@ -155,11 +155,7 @@ fn sts(env: &Env) -> Sts {
         "-out",
         "cert.pem",
     ]);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = s3::free_port();
     // moto routes a query-string POST (how object_store, like the AWS SDKs' unsigned
     // AssumeRoleWithWebIdentity, sends it) to S3, so STS here is a few lines of Python:
     // it answers STS's documented response and logs the query it got.

@@ -440,7 +440,8 @@ pub fn on_path(name: &str) -> Option<PathBuf> {
         })
 }
 
-fn free_port() -> u16 {
+/// A loopback port free at the moment of asking (for a server a test starts).
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
