@@ -8,11 +8,12 @@ previous checkpoint stays.
 being written before that). Run with torchrun; works on CPU with the gloo backend.
 """
 import os
-import subprocess
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+
+import roger_guard
 
 STAGING = os.environ.get("CKPT_STAGING", "/data/run7/staging")
 DEST = os.environ.get("CKPT_DIR", "/data/run7/ckpt")
@@ -20,7 +21,7 @@ DEST = os.environ.get("CKPT_DIR", "/data/run7/ckpt")
 
 def publish(path, step):
     if dist.get_rank() == 0:
-        subprocess.run(["roger", "publish", "--detach", path, "--to", DEST, "--step", str(step)], check=True)
+        roger_guard.publish(path, step, to=DEST)
 
 
 def main():
@@ -51,7 +52,7 @@ def main():
         dist.barrier()
         publish(pending[1], pending[2])
     if dist.get_rank() == 0:
-        subprocess.run(["roger", "publish", "--wait", "--to", DEST], check=True)
+        roger_guard.wait(to=DEST)
     dist.destroy_process_group()
 
 

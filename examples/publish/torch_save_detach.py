@@ -6,11 +6,13 @@ Each save goes to a NEW name (never overwrite a file roger may still be copying)
 the source must stay untouched until it is published (roger rejects it with a ledger record
 otherwise); on btrfs/XFS/bcachefs roger takes a reflink snapshot and the file may be reused
 at once. At the end of the job, `roger publish --wait` waits for the queue to drain.
+roger_guard (`pip install roger-guard`) runs both: publish() and wait().
 """
 import os
-import subprocess
 
 import torch
+
+import roger_guard
 
 STAGING = os.environ.get("CKPT_STAGING", "/data/run7/staging")  # same filesystem as --to
 DEST = os.environ.get("CKPT_DIR", "/data/run7/ckpt")
@@ -21,12 +23,12 @@ def save_and_publish(model, optimizer, step):
     path = os.path.join(STAGING, f"ckpt-{step}.pt")
     torch.save({"model": model.state_dict(), "optim": optimizer.state_dict(), "step": step}, path)
     # Returns once the publish is durable as an intent (publish_queued record).
-    subprocess.run(["roger", "publish", "--detach", path, "--to", DEST, "--step", str(step)], check=True)
+    roger_guard.publish(path, step, to=DEST)
 
 
 def finish():
-    # End of the job script: every queued publish published (exit 0) or rejected (exit 1).
-    subprocess.run(["roger", "publish", "--wait", "--to", DEST, "--timeout", "30m"], check=True)
+    # End of the job: every queued publish published, or PublishError when one was rejected.
+    roger_guard.wait(to=DEST, timeout="30m")
 
 
 if __name__ == "__main__":
