@@ -23,6 +23,7 @@ mod probe;
 mod props;
 mod publish;
 mod publish_detach;
+mod python_hooks;
 mod quarantine;
 mod ranks;
 mod read_less;
