@@ -291,6 +291,20 @@ fn roger_is_found_beside_the_interpreter_of_a_venv_then_on_path() {
     // In the venv's scripts dir (where the wheel puts it): that one, even with another on PATH.
     std::os::unix::fs::symlink(util::roger_bin(), venv.join("bin/roger")).unwrap();
     assert_eq!(which(&path), venv.join("bin/roger").display().to_string());
+    // `python -m roger_guard ARGS` runs that roger (the venv's scripts dir need not be on PATH).
+    let mut c = python(&env, &vpy);
+    c.env_remove("ROGER_BIN")
+        .env("PATH", "/usr/bin:/bin")
+        .args(["-m", "roger_guard", "--version"]);
+    let out = ok(
+        run(c, "python -m roger_guard", Duration::from_secs(60)),
+        "python -m roger_guard --version",
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("roger "),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     std::fs::remove_file(venv.join("bin/roger")).unwrap();
     let none = which("/usr/bin:/bin");
     assert!(
@@ -384,6 +398,7 @@ fn a_real_hf_trainer_publishes_each_save_answers_save_now_and_resumes() {
     assert!(!env.path("out2/checkpoint-4").exists(), "{err}");
 }
 
+/// Also under DDP: a save request that reached one rank is answered by all of them.
 #[test]
 fn a_real_lightning_trainer_publishes_answers_save_now_resumes_and_waits_on_exception() {
     let test = "a_real_lightning_trainer_publishes_answers_save_now_resumes_and_waits_on_exception";
@@ -467,6 +482,29 @@ fn a_real_lightning_trainer_publishes_answers_save_now_resumes_and_waits_on_exce
             .any(|r| r.kind == Kind::Publish && r.step == Some(4) && r.seq < wait.seq),
         "{}",
         story(&env, &out)
+    );
+
+    // Two DDP processes (gloo), the save signal to rank 1 only: the ranks agree, so rank 0
+    // (the one that writes) saves step 9 too.
+    let ddp = Env::new();
+    ddp.write("roger.toml", ROGER_TOML);
+    let mut c = python(&ddp, PY);
+    c.arg(fixture("lightning_train.py"))
+        .env("STEPS", "12")
+        .env("EVERY", "4")
+        .env("DEVICES", "2")
+        .env("CUE_SIGNAL_AT", "9")
+        .env("CUE_SIGNAL_RANK", "1")
+        .env("ROGER_SAVE_NOW", ddp.path("save-now"));
+    let out = ok(
+        run(c, "lightning DDP", Duration::from_secs(240)),
+        "lightning DDP",
+    );
+    assert_eq!(
+        steps_of(&records(&ddp), Kind::Publish),
+        BTreeSet::from([4, 8, 9, 12]),
+        "{}",
+        story(&ddp, &out)
     );
 
     // Relaunched from the published step_8.ckpt: goes on at step 9.

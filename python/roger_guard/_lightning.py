@@ -57,8 +57,11 @@ def make(pl):
                 loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
                 if loss is not None:
                     self._write_log({"step": step, "loss": float(loss), "time": time.time()})
-            # Every rank must take the same decision: saving is collective under DDP.
-            asked = trainer.strategy.reduce_boolean_decision(_core.save_requested(), all=False)
+            asked = _core.save_requested()
+            if os.environ.get("ROGER_SAVE_NOW"):
+                # Under `[preempt]`: every rank must take the same decision (saving is
+                # collective under DDP), and each reads the request at its own step boundary.
+                asked = trainer.strategy.reduce_boolean_decision(asked, all=False)
             due = self.every_n_steps > 0 and step > 0 and step % self.every_n_steps == 0
             if (asked or due) and step != self._saved:
                 self.save(trainer, step)

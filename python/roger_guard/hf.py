@@ -75,9 +75,25 @@ class RogerCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self._step_end = (state.global_step, time.monotonic())
-        if _core.save_requested():
+        if self._agree(args, _core.save_requested()):
             control.should_save = True
         return control
+
+    @staticmethod
+    def _agree(args, asked):
+        """Under torch.distributed, save when any rank was asked: every rank must take the
+        same decision at the same step (FSDP and DeepSpeed saves are collective), and each
+        rank reads the request at its own step boundary. Only under `[preempt]`, the one
+        case with requests: elsewhere no collective is added to the step."""
+        dist = sys.modules.get("torch.distributed")
+        if not os.environ.get("ROGER_SAVE_NOW") or dist is None or not dist.is_available() \
+                or not dist.is_initialized() or dist.get_world_size() == 1:
+            return asked
+        import torch
+
+        flag = torch.tensor([1 if asked else 0], device=args.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
     def on_save(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
