@@ -764,3 +764,117 @@ window = 4
         "{why}"
     );
 }
+
+/// The preemption hand-off with a real Trainer: a SIGTERM notice to `roger watch`
+/// (`[preempt]`, outside SLURM), which asks for a save by both channels (`save_now = "both"`:
+/// the ROGER_SAVE_NOW file and USR1, whose handler the callback installed: without it USR1
+/// would kill the training). The callback answers with `control.should_save` at the next
+/// step, once, the publish lands, and roger stops the run and exits for a requeue.
+#[test]
+fn a_real_hf_trainer_answers_the_preemption_hand_off_with_one_save() {
+    let test = "a_real_hf_trainer_answers_the_preemption_hand_off_with_one_save";
+    if !ready(
+        test,
+        "roger_guard.hf",
+        &format!("transformers for {PY} (with python3-torch)"),
+    ) {
+        return;
+    }
+    let env = Env::new();
+    env.write(
+        "roger.toml",
+        r#"[run]
+name = "pre"
+log = "train.jsonl"
+checkpoint_dir = "ckpt"
+
+[gpu]
+source = "none"
+
+[watch]
+interval = "100ms"
+hysteresis = 2
+grace = "5s"
+stale = "120s"
+grind_limit = "120s"
+
+[preempt]
+sigterm_window = "120s"
+margin = "5s"
+requeue = "exit"
+save_now = "both"
+"#,
+    );
+    let mut w = roger(
+        &env,
+        &[
+            "watch".into(),
+            "--".into(),
+            PY.into(),
+            fixture("hf_train.py").display().to_string(),
+        ],
+    );
+    // No save of its own before the notice: save_steps past the end.
+    w.env("PYTHONPATH", pythonpath())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("HF_HUB_OFFLINE", "1")
+        .env("STEPS", "100000")
+        .env("SAVE_STEPS", "100000")
+        .env("STEP_SLEEP_S", "0.05")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(env.path("watch.err")).unwrap());
+    let mut watch = w.spawn().unwrap();
+    crate::watch::poll_until("5 logged steps", Duration::from_secs(120), || {
+        logged_steps(&env, "train.jsonl").len() >= 5
+    });
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watch.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let status = wait_child(&mut watch, Duration::from_secs(150));
+    let recs = records(&env);
+    let why = format!(
+        "watch stderr:\n{}\nledger:\n{}",
+        env.read("watch.err")
+            .lines()
+            .filter(|l| !l.contains(" INFO "))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        recs.iter()
+            .filter(|r| r.kind != Kind::Verdict)
+            .map(|r| format!("#{} {:?} step {:?} {:?}", r.seq, r.kind, r.step, r.fields))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let ev = |name: &str| {
+        recs.iter()
+            .find(|r| r.kind == Kind::Watch && r.str_field("event") == Some(name))
+            .unwrap_or_else(|| panic!("no {name} record\n{why}"))
+    };
+    let notice = ev("preempt_notice");
+    let asked = ev("preempt_save_asked");
+    assert_eq!(
+        asked.get("errors").and_then(|e| e.as_array()).map(Vec::len),
+        Some(0),
+        "{why}"
+    );
+    // One save for the two channels, at a step after the notice.
+    let published: Vec<&Record> = recs.iter().filter(|r| r.kind == Kind::Publish).collect();
+    assert_eq!(published.len(), 1, "{why}");
+    let step = published[0].step.unwrap();
+    assert!(published[0].seq > notice.seq, "{why}");
+    assert!(step >= notice.step.unwrap_or(0), "{why}");
+    let saved = ev("preempt_saved");
+    assert_eq!(saved.u64_field("ckpt_step"), Some(step), "{why}");
+    let requeue = ev("preempt_requeue");
+    assert_eq!(
+        status.code().map(|c| c as u64),
+        requeue.u64_field("exit_code"),
+        "{why}"
+    );
+    assert!(
+        env.path(&format!("ckpt/checkpoint-{step}/trainer_state.json"))
+            .is_file(),
+        "{why}"
+    );
+}
