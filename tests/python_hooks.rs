@@ -1,8 +1,8 @@
 //! Issue 30 §2: the training hooks as an importable package (python/roger_guard), each tested
 //! against the real library on CPU with the real `roger` binary (ROGER_BIN): the plain
 //! helpers, a Hugging Face `transformers.Trainer` and a Lightning `Trainer`, the examples that
-//! now import the package, and a Trainer under `roger watch` rolled back by the critic and
-//! resumed by the callback. Python is Debian's /usr/bin/python3 with its python3-torch (1.13);
+//! now import the package, a Trainer under `roger watch` rolled back by the critic and
+//! resumed by the callback, and one answering the watch's preemption hand-off. Python is Debian's /usr/bin/python3 with its python3-torch (1.13);
 //! transformers and Lightning are the versions `.ci/run` pins. The drivers are in
 //! tests/fixtures/python_hooks/.
 
