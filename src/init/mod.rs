@@ -32,8 +32,13 @@ pub struct Proposal {
     pub summary: Vec<String>,
 }
 
-/// The run's planned last step, when the log says it (the newest sample that does).
-fn logged_total(samples: &[Sample]) -> Option<u64> {
+/// The run's planned last step as its log declares it, for the schedule fit to take instead of
+/// fitting one (issue 29: "total steps from what the log declares, else the fit"): the newest
+/// sample's `total_steps`, which the readers fill from trainer_state.json's `max_steps`, a
+/// line's `N/M` (Megatron, modded-nanogpt), a key the mapping names, or a text log's
+/// declaration line (nanoGPT `max_iters`, Megatron `train_iters`, fairseq `max_update`,
+/// torchtitan `total steps`) or end line (the step it ended at).
+pub fn declared_total(samples: &[Sample]) -> Option<u64> {
     samples
         .iter()
         .rev()
@@ -48,7 +53,7 @@ pub fn infer(input: &Input) -> Proposal {
         .iter()
         .filter_map(|s| Some((s.step, s.get(LR)?)))
         .collect();
-    let total = logged_total(input.samples);
+    let total = declared_total(input.samples);
     let fit = if lr.is_empty() {
         FitOutcome::Refused("the log has no lr: no schedule to fit".into())
     } else {
@@ -68,7 +73,7 @@ pub fn infer(input: &Input) -> Proposal {
     summary.extend(input.mapping.notes.iter().map(|n| format!("  {n}")));
     summary.push(format!(
         "read {} samples, steps {}..{}{}",
-        input.samples.len(),
+        counted(input.samples),
         input.samples.first().map_or(0, |s| s.step),
         input.samples.last().map_or(0, |s| s.step),
         if input.garbage_total > 0 {
@@ -77,6 +82,14 @@ pub fn infer(input: &Input) -> Proposal {
             String::new()
         }
     ));
+    if let Some(t) = total {
+        let last = input.samples.last().map_or(0, |s| s.step);
+        summary.push(if last >= t {
+            format!("total steps: {t}, as the log declares it; the log reached it: finished at step {last}")
+        } else {
+            format!("total steps: {t}, as the log declares it")
+        });
+    }
     match &fit {
         FitOutcome::Fitted(f) => summary.push(format!("schedule: {}", fit_words(f))),
         FitOutcome::Refused(why) => summary.push(format!("schedule: not proposed: {why}")),
@@ -160,6 +173,27 @@ fn fit_words(f: &fit::Fit) -> String {
     )
 }
 
+/// A regex as a TOML string: a literal string (no escapes to read) unless it holds a quote.
+fn toml_literal(s: &str) -> String {
+    if s.contains('\'') || s.contains('\n') {
+        toml::Value::String(s.to_string()).to_string()
+    } else {
+        format!("'{s}'")
+    }
+}
+
+/// Samples as the user counts them: a trainer's end line reads as a sample at the step
+/// before it (carrying only the total, so the run is seen to have finished there); it is
+/// no sample of its own.
+fn counted(samples: &[Sample]) -> usize {
+    let end_line = |w: &[Sample]| {
+        w[1].step == w[0].step
+            && w[1].values.len() == 1
+            && w[1].get(crate::metrics::TOTAL_STEPS).is_some()
+    };
+    samples.len() - samples.windows(2).filter(|w| end_line(w)).count()
+}
+
 /// A TOML line `key = value` with its comment aligned after it.
 fn line(out: &mut String, key: &str, value: &str, comment: &str) {
     let kv = format!("{key} = {value}");
@@ -203,7 +237,7 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
     if !input.mapping.metrics.patterns.is_empty() {
         o.push_str("patterns = [\n");
         for p in &input.mapping.metrics.patterns {
-            o.push_str(&format!("  {{ regex = '{}' }},\n", p.regex));
+            o.push_str(&format!("  {{ regex = {} }},\n", toml_literal(&p.regex)));
         }
         o.push_str("]\n");
     }
@@ -287,12 +321,7 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
         || !input.mapping.metrics.total_steps.is_empty();
     if let Some(t) = s.total_steps {
         if f.total_from_log && !log_key_for_total {
-            line(
-                o,
-                "total_steps",
-                &t.to_string(),
-                "the log declares it (its lines' total steps)",
-            );
+            line(o, "total_steps", &t.to_string(), "the log declares it");
         } else if f.total_from_log {
             o.push_str(&format!(
                 "# total_steps = {t}   # the log says it: read from there\n"
