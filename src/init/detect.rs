@@ -368,6 +368,31 @@ const TEXT_SHAPES: &[Shape] = &[
         family: "fairseq",
         alone: false,
     },
+    // The same with `--log-format json` (`| INFO | train_inner | {"epoch": 1, "update":
+    // 0.001, "loss": "16.408", …, "num_updates": "1", "lr": "2e-05", "gnorm": "18.27", …}`):
+    // not JSON lines (the logger's prefix), every value a string.
+    Shape {
+        name: "fairseq json train line",
+        regex: r#"\| train_inner \| \{.*?"loss": "(?P<loss>[^"]+)".*?"num_updates": "(?P<step>\d+)", "lr": "(?P<lr>[^"]+)"(?:, "gnorm": "(?P<grad_norm>[^"]+)")?"#,
+        fields: &[
+            ("step", "\"num_updates\":"),
+            ("loss", "\"loss\":"),
+            ("lr", "\"lr\":"),
+            ("grad_norm", "\"gnorm\":"),
+        ],
+        family: "fairseq",
+        alone: false,
+    },
+    Shape {
+        name: "fairseq json valid line",
+        regex: r#"\| valid \| \{.*?"valid_loss": "(?P<eval_loss>[^"]+)".*?"valid_num_updates": "(?P<step>\d+)""#,
+        fields: &[
+            ("step", "\"valid_num_updates\":"),
+            ("eval_loss", "\"valid_loss\":"),
+        ],
+        family: "fairseq",
+        alone: false,
+    },
     // DeepSpeed's own lines (deepspeed/runtime/engine.py `_report_progress`, every
     // steps_per_print: `[Rank 0] step=10, skipped=0, lr=[5.308416e-07, 5.308416e-07],
     // mom=[…]`, the first parameter group's lr read; pipe/engine.py: `steps: 1 loss: 12.6360
@@ -480,6 +505,14 @@ fn text(_: &str, head: &[u8]) -> Option<Detected> {
         found.retain(|(s, _)| !s.alone);
     }
     let families: Vec<&str> = found.iter().map(|(s, _)| s.family).collect();
+    // A trainer's rarer lines (an eval every few thousand steps) may be in the head once.
+    let siblings: Vec<(&Shape, u64)> = TEXT_SHAPES
+        .iter()
+        .filter(|s| families.contains(&s.family) && !found.iter().any(|(f, _)| f.name == s.name))
+        .map(|s| (s, hits(s)))
+        .filter(|(_, n)| *n == 1)
+        .collect();
+    found.extend(siblings);
     found.extend(
         RUN_SHAPES
             .iter()
@@ -1147,5 +1180,73 @@ mod tests {
             p.parse(b"lr_decay_iters = 5000 # make equal to max_iters usually"),
             crate::metrics::Parsed::Skip
         );
+    }
+
+    /// fairseq with `--log-format json`, a run that ends at its max_update: the example output
+    /// in fairseq's own examples/fully_sharded_data_parallel/README.md (facebookresearch/fairseq,
+    /// MIT; the lines as printed there after the `# ` of the shell block).
+    const FAIRSEQ_JSON: &[&str] = &[
+        r#"2021-03-08 12:40:11 | INFO | train_inner | {"epoch": 1, "update": 0.002, "loss": "18.262", "ppl": "314336", "wps": "305.9", "ups": "0.02", "wpb": "16384", "bsz": "8", "num_updates": "9", "lr": "2e-05", "gnorm": "6.457", "loss_scale": "1", "train_wall": "54", "gb_free": "9.3", "wall": "620"}"#,
+        r#"2021-03-08 12:41:04 | INFO | train_inner | {"epoch": 1, "update": 0.002, "loss": "17.556", "ppl": "192686", "wps": "311.8", "ups": "0.02", "wpb": "16384", "bsz": "8", "num_updates": "10", "lr": "0", "gnorm": "5.796", "loss_scale": "1", "train_wall": "53", "gb_free": "9.3", "wall": "673"}"#,
+        "2021-03-08 12:41:04 | INFO | fairseq_cli.train | Stopping training due to num_updates: 10 >= max_update: 10",
+        "2021-03-08 12:41:04 | INFO | fairseq_cli.train | begin validation on \"valid\" subset",
+        r#"2021-03-08 12:43:15 | INFO | valid | {"epoch": 1, "valid_loss": "17.953", "valid_ppl": "253807", "valid_wps": "1868.4", "valid_wpb": "15400.2", "valid_bsz": "7.6", "valid_num_updates": "10"}"#,
+        "2021-03-08 12:43:15 | INFO | fairseq_cli.train | end of epoch 1 (average epoch stats below)",
+        r#"2021-03-08 12:43:15 | INFO | train | {"epoch": 1, "train_loss": "19.351", "train_ppl": "668509", "train_wps": "210.9", "train_ups": "0.01", "train_wpb": "16384", "train_bsz": "8", "train_num_updates": "10", "train_lr": "0", "train_gnorm": "36.26", "train_loss_scale": "1", "train_train_wall": "667", "train_gb_free": "9.3", "train_wall": "804"}"#,
+        "2021-03-08 12:43:15 | INFO | fairseq_cli.train | done training in 798.6 seconds",
+    ];
+
+    #[test]
+    fn fairseq_json_lines_and_a_finished_run() {
+        let text = FAIRSEQ_JSON.join("\n");
+        let d = detect("train.log", text.as_bytes()).unwrap();
+        assert_eq!(d.format, LogFormat::Text, "prefixed: not JSON lines");
+        for s in [
+            "fairseq json train line (2 lines)",
+            "fairseq max_update line (1 line)",
+            "fairseq end line (1 line)",
+        ] {
+            assert!(d.why.contains(s), "{s}: {}", d.why);
+        }
+        let m = map_keys(&d).metrics;
+        let mut p = crate::metrics::text::TextParser::new(&m).unwrap();
+        let mut out = crate::metrics::Batch::default();
+        let mut n = 0;
+        crate::metrics::lines::feed(
+            &mut p,
+            format!("{text}\n").as_bytes(),
+            &mut n,
+            std::path::Path::new("l"),
+            &mut out,
+        );
+        crate::metrics::derive::Derive::new(&m).apply(&mut out.records, None);
+        let got: Vec<(u64, Option<f64>, Option<f64>, Option<f64>, Option<u64>)> = out
+            .records
+            .iter()
+            .map(|r| {
+                (
+                    r.step,
+                    r.get("loss"),
+                    r.get("lr"),
+                    r.get("eval_loss"),
+                    r.total_steps(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (9, Some(18.262), Some(2e-5), None, None),
+                (10, Some(17.556), Some(0.0), None, None),
+                (10, None, None, Some(17.953), Some(10)),
+                // `done training`: the run ended at its last step.
+                (10, None, None, None, Some(10)),
+            ]
+        );
+        assert_eq!(r_grad(&mut p, FAIRSEQ_JSON[0]), Some(6.457));
+    }
+
+    fn r_grad(p: &mut dyn crate::metrics::LineParser, line: &str) -> Option<f64> {
+        sample(p, line).get("grad_norm")
     }
 }
