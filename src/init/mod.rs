@@ -37,14 +37,31 @@ pub struct Proposal {
 /// sample's `total_steps`, which the readers fill from trainer_state.json's `max_steps`, a
 /// line's `N/M` (Megatron, modded-nanogpt), a key the mapping names, or a text log's
 /// declaration line (nanoGPT `max_iters`, Megatron `train_iters`, fairseq `max_update`,
-/// torchtitan `total steps`) or end line (the step it ended at).
+/// torchtitan `total steps`). A trainer's end line reads as a sample whose total is the step
+/// it ended at: that says where the run ended ([`ended_at`]), not what it planned, so it is
+/// passed over while a sample says more.
 pub fn declared_total(samples: &[Sample]) -> Option<u64> {
+    let total = |s: &Sample| s.get(crate::metrics::TOTAL_STEPS);
     samples
         .iter()
         .rev()
-        .find_map(|s| s.get(crate::metrics::TOTAL_STEPS))
+        .filter(|s| s.values.len() > 1)
+        .find_map(total)
+        .or_else(|| samples.iter().rev().find_map(total))
         .filter(|t| t.is_finite() && *t > 0.0)
         .map(|t| t as u64)
+}
+
+/// The step at which the log says the run ended: its last sample is a trainer's end line (a
+/// sample carrying only its own step as the total, at the step of the sample before it).
+pub fn ended_at(samples: &[Sample]) -> Option<u64> {
+    let [.., before, last] = samples else {
+        return None;
+    };
+    let end_line = last.step == before.step
+        && last.values.len() == 1
+        && last.get(crate::metrics::TOTAL_STEPS) == Some(last.step as f64);
+    end_line.then_some(last.step)
 }
 
 pub fn infer(input: &Input) -> Proposal {
@@ -82,13 +99,16 @@ pub fn infer(input: &Input) -> Proposal {
             String::new()
         }
     ));
-    if let Some(t) = total {
-        let last = input.samples.last().map_or(0, |s| s.step);
-        summary.push(if last >= t {
-            format!("total steps: {t}, as the log declares it; the log reached it: finished at step {last}")
-        } else {
-            format!("total steps: {t}, as the log declares it")
-        });
+    let last = input.samples.last().map_or(0, |s| s.step);
+    match (total, ended_at(input.samples)) {
+        (Some(t), _) if last >= t => summary.push(format!(
+            "total steps: {t}, as the log declares it; the log reached it: finished at step {last}"
+        )),
+        (Some(t), Some(end)) if end < t => summary.push(format!(
+            "total steps: {t}, as the log declares it; the log says the run ended at step {end}: finished short of it"
+        )),
+        (Some(t), _) => summary.push(format!("total steps: {t}, as the log declares it")),
+        (None, _) => {}
     }
     match &fit {
         FitOutcome::Fitted(f) => summary.push(format!("schedule: {}", fit_words(f))),
@@ -348,4 +368,40 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
         "trainers log a neighbouring step's lr",
     );
     o.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(step: u64, values: &[(&str, f64)]) -> Sample {
+        Sample {
+            step,
+            time: None,
+            values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        }
+    }
+
+    /// A run that ended early (fairseq stopped by patience, Megatron by --exit-interval): its
+    /// end line says where it ended, the samples before it what it planned.
+    #[test]
+    fn the_declared_total_is_the_plan_and_an_end_line_where_it_ended() {
+        let planned = [("loss", 3.1), ("total_steps", 300_000.0)];
+        let run = vec![
+            sample(57_400, &planned),
+            sample(57_486, &planned),
+            sample(57_486, &[("total_steps", 57_486.0)]),
+        ];
+        assert_eq!(declared_total(&run), Some(300_000));
+        assert_eq!(ended_at(&run), Some(57_486));
+        assert_eq!(ended_at(&run[..2]), None);
+        // Only end lines (no sample said a plan): where it ended is all there is.
+        assert_eq!(declared_total(&run[2..]), Some(57_486));
+        // A trainer_state.json's closing entry past its last loss entry is no end line.
+        let hf = vec![
+            sample(2175, &[("loss", 1.0), ("total_steps", 2178.0)]),
+            sample(2178, &[("total_steps", 2178.0)]),
+        ];
+        assert_eq!((declared_total(&hf), ended_at(&hf)), (Some(2178), None));
+    }
 }
