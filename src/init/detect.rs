@@ -1220,7 +1220,7 @@ mod tests {
             &mut out,
         );
         crate::metrics::derive::Derive::new(&m).apply(&mut out.records, None);
-        let got: Vec<(u64, Option<f64>, Option<f64>, Option<f64>, Option<u64>)> = out
+        let got: Vec<_> = out
             .records
             .iter()
             .map(|r| {
