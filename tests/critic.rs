@@ -49,7 +49,7 @@ fn example_quick_start_passes_and_replays() {
         .run(&["--config", "roger.example.toml", "critic", "--once"])
         .expect(0)
         .stdout_has("PASS  step 1200  phase main")
-        .stdout_has("stale        the run reached total_steps = 1200");
+        .stdout_has("stale        finished at step 1200: the run reached total_steps = 1200");
     // One line per check after the header.
     assert_eq!(run.stdout().lines().count(), 1 + 9, "{}", run.report());
     env.run(&["--config", "roger.example.toml", "critic", "--replay"])
@@ -472,7 +472,7 @@ fn finished_hf_run_is_not_stale_hours_later_but_a_short_one_is() {
         (
             &real,
             "pass",
-            "the run reached total_steps = 2178 (step 2178)",
+            "finished at step 2178: the run reached total_steps = 2178",
         ),
         (&short, "fail", "no new step for 2h (step 1000)"),
     ] {

@@ -203,3 +203,165 @@ fn init_reads_an_older_megatron_deepspeed_log_without_grad_norm() {
         "no grad norm logged: {skipped:?}"
     );
 }
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(repo_root().join("tests/fixtures/real").join(name)).unwrap()
+}
+
+/// The file's mtime set to `secs` (unix): a log last written then.
+fn written_at(path: &std::path::Path, secs: u64) {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+        .unwrap();
+}
+
+/// 2024-05-01T00:00:00Z, and two hours later.
+const ENDED: u64 = 1_714_521_600;
+const TWO_HOURS_LATER: &str = "2024-05-01T02:00:00Z";
+
+/// fairseq 0.10 (`| INFO | train_inner | epoch 143:  85 / 282 loss=…, num_updates=40100,
+/// lr=…, gnorm=…`, a resumed GLAT run on WMT16 en-ro): detected, mapped (the step is
+/// num_updates), the total it declares in its Namespace print (`max_update=300000`) written,
+/// and judged. It stopped far short of that total: stale two hours after its last line.
+#[test]
+fn init_reads_a_fairseq_log_with_its_declared_total_and_it_is_stale_when_it_stops() {
+    let env = Env::new();
+    let log = env.write(
+        "train.log",
+        fixture("text-fairseq-glat-wmt16-enro-prefix.txt"),
+    );
+    let init = env.run(&["init", "--log", "train.log"]).expect(0);
+    for s in [
+        "fairseq train line (174 lines)",
+        "fairseq valid line (62 lines)",
+        "fairseq max_update line (1 line)",
+        r#"step <- "num_updates=""#,
+        r#"loss <- "loss=""#,
+        r#"lr <- "lr=""#,
+        r#"grad_norm <- "gnorm=""#,
+        r#"eval_loss <- "valid on ... | loss""#,
+        r#"finished <- "done training in""#,
+        "read 236 samples, steps 40100..57486",
+        "total steps: 300000, as the log declares it",
+    ] {
+        assert!(init.stderr().contains(s), "{s:?}\n{}", init.report());
+    }
+    assert!(!init.stderr().contains("unreadable"), "{}", init.report());
+    env.run(&["check"]).expect(0);
+    // Its evals rose at the end (init said so): the eval check may warn, nothing fails.
+    let judged = env.run(&["critic", "--once", "--json", "--full-read"]);
+    assert!(judged.code() <= 1, "{}", judged.report());
+    let v: Value = serde_json::from_str(judged.stdout().trim()).unwrap();
+    assert_eq!(v["step"].as_u64(), Some(57486), "{}", judged.report());
+    for name in ["loss", "grad_norm"] {
+        assert_eq!(
+            check(&v, name)["status"],
+            "pass",
+            "{name}\n{}",
+            judged.report()
+        );
+    }
+    written_at(&log, ENDED);
+    let late = env.run(&["critic", "--once", "--json", "--now", TWO_HOURS_LATER]);
+    let v: Value = serde_json::from_str(late.stdout().trim()).unwrap();
+    let stale = check(&v, "stale");
+    assert_eq!(stale["status"], "fail", "{}", late.report());
+    assert!(
+        stale["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no new step for 2h (step 57486)"),
+        "{}",
+        late.report()
+    );
+}
+
+/// Issue 29 item 4 on a text log: torchtitan declares its total (`total steps 10 (warmup
+/// 600)`) and says `Training completed` at its end. Judged two hours (and four weeks) after
+/// its last line it is finished, not stopped, and `status` and `report` say the same. The
+/// same log cut before step 8 (a run that died) is stale.
+#[test]
+fn a_finished_torchtitan_run_is_finished_hours_later_and_status_and_report_agree() {
+    let text = fixture("text-torchtitan-qwen3-14b-ansi.txt");
+    let step8 = text.find("step:  8").expect("the fixture has step 8");
+    let cut = &text[..text[..step8].rfind('\n').unwrap() + 1];
+    for (log, finished) in [(text.as_str(), true), (cut, false)] {
+        let env = Env::new();
+        let path = env.write("run.log", log);
+        let init = env.run(&["init", "--log", "run.log"]).expect(0);
+        for s in [
+            "torchtitan total line (1 line)",
+            r#"total_steps <- "total steps N (warmup""#,
+            r#"finished <- "Training completed""#,
+            "total steps: 10, as the log declares it",
+        ] {
+            assert!(init.stderr().contains(s), "{s:?}\n{}", init.report());
+        }
+        assert_eq!(
+            init.stderr()
+                .contains("the log reached it: finished at step 10"),
+            finished,
+            "{}",
+            init.report()
+        );
+        written_at(&path, ENDED);
+        for now in [TWO_HOURS_LATER, "2024-05-29T00:00:00Z"] {
+            let run = env.run(&["critic", "--once", "--json", "--now", now]);
+            let v: Value = serde_json::from_str(run.stdout().trim()).unwrap();
+            let stale = check(&v, "stale");
+            let reason = stale["reason"].as_str().unwrap();
+            if finished {
+                assert_eq!(stale["status"], "pass", "{}", run.report());
+                assert!(reason.starts_with("finished at step 10"), "{reason}");
+            } else {
+                assert_eq!(stale["status"], "fail", "{}", run.report());
+                assert!(reason.contains("the log has stopped"), "{reason}");
+            }
+        }
+        let status = env.run(&["status", "--json", "--now", TWO_HOURS_LATER]);
+        let s: Value = serde_json::from_str(&status.stdout()).unwrap();
+        let report = env.run(&["report", "--json", "--now", TWO_HOURS_LATER]);
+        let r: Value = serde_json::from_str(&report.stdout()).unwrap();
+        for (what, h) in [("status", &s["headline"]), ("report", &r["headline"])] {
+            assert_eq!(
+                h["finished"].as_bool(),
+                Some(finished),
+                "{what}: {h:#}\n{}\n{}",
+                status.report(),
+                report.report()
+            );
+            if finished {
+                assert_eq!(h["state"], "OK", "{what}: {h:#}");
+                assert!(
+                    h["why"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("finished at step 10"),
+                    "{what}: {h:#}"
+                );
+            }
+        }
+    }
+}
+
+/// Issue 29 item 3: a CSV log's detection counts rows of its head only, and says so instead
+/// of printing them as the file's (the whole file's count is the `read N samples` line).
+#[test]
+fn init_says_a_csv_head_count_is_the_heads() {
+    let env = Env::new();
+    env.write("metrics.csv", fixture("csv-lightning-byol3d-resume.csv"));
+    let init = env.run(&["init", "--log", "metrics.csv"]).expect(0);
+    assert!(
+        init.stderr().contains("50 of its first 50 rows numeric"),
+        "{}",
+        init.report()
+    );
+    assert!(
+        !init.stderr().contains(" numeric rows"),
+        "{}",
+        init.report()
+    );
+}

@@ -1,6 +1,9 @@
 //! Staleness: time since the step last advanced against the phase's stale limit, extended by
 //! the declared quiet periods (an eval every N steps may silence the log for D) that apply at
-//! the current step. A run that reached `total_steps` has finished and is not stale. Stale
+//! the current step. A run that reached `total_steps` has finished and is not stale, however
+//! long ago: the log declared its end (HF `global_step == max_steps`, the step a text log's
+//! lines or arguments declare, a trainer's own end line, which reads as a total at its
+//! last step), or the config says the total. Stale
 //! data turns every passing check into `unknown`: old numbers cannot vouch for the run.
 
 use super::{CheckResult, Observation, Status};
@@ -52,7 +55,7 @@ pub fn stale(obs: &Observation) -> Option<CheckResult> {
                 CheckResult::new(
                     "stale",
                     Status::Pass,
-                    format!("the run reached total_steps = {total} (step {step}): finished, no more samples expected"),
+                    format!("finished at step {step}: the run reached total_steps = {total}, no more samples expected"),
                 )
                 .observed(json!({"step": step}))
                 .expected(json!({"total_steps": total})),

@@ -32,14 +32,36 @@ pub struct Proposal {
     pub summary: Vec<String>,
 }
 
-/// The run's planned last step, when the log says it (the newest sample that does).
-fn logged_total(samples: &[Sample]) -> Option<u64> {
+/// The run's planned last step as its log declares it, for the schedule fit to take instead of
+/// fitting one (issue 29: "total steps from what the log declares, else the fit"): the newest
+/// sample's `total_steps`, which the readers fill from trainer_state.json's `max_steps`, a
+/// line's `N/M` (Megatron, modded-nanogpt), a key the mapping names, or a text log's
+/// declaration line (nanoGPT `max_iters`, Megatron `train_iters`, fairseq `max_update`,
+/// torchtitan `total steps`). A trainer's end line reads as a sample whose total is the step
+/// it ended at: that says where the run ended ([`ended_at`]), not what it planned, so it is
+/// passed over while a sample says more.
+pub fn declared_total(samples: &[Sample]) -> Option<u64> {
+    let total = |s: &Sample| s.get(crate::metrics::TOTAL_STEPS);
     samples
         .iter()
         .rev()
-        .find_map(|s| s.get(crate::metrics::TOTAL_STEPS))
+        .filter(|s| s.values.len() > 1)
+        .find_map(total)
+        .or_else(|| samples.iter().rev().find_map(total))
         .filter(|t| t.is_finite() && *t > 0.0)
         .map(|t| t as u64)
+}
+
+/// The step at which the log says the run ended: its last sample is a trainer's end line (a
+/// sample carrying only its own step as the total, at the step of the sample before it).
+pub fn ended_at(samples: &[Sample]) -> Option<u64> {
+    let [.., before, last] = samples else {
+        return None;
+    };
+    let end_line = last.step == before.step
+        && last.values.len() == 1
+        && last.get(crate::metrics::TOTAL_STEPS) == Some(last.step as f64);
+    end_line.then_some(last.step)
 }
 
 pub fn infer(input: &Input) -> Proposal {
@@ -48,7 +70,7 @@ pub fn infer(input: &Input) -> Proposal {
         .iter()
         .filter_map(|s| Some((s.step, s.get(LR)?)))
         .collect();
-    let total = logged_total(input.samples);
+    let total = declared_total(input.samples);
     let fit = if lr.is_empty() {
         FitOutcome::Refused("the log has no lr: no schedule to fit".into())
     } else {
@@ -68,7 +90,7 @@ pub fn infer(input: &Input) -> Proposal {
     summary.extend(input.mapping.notes.iter().map(|n| format!("  {n}")));
     summary.push(format!(
         "read {} samples, steps {}..{}{}",
-        input.samples.len(),
+        counted(input.samples),
         input.samples.first().map_or(0, |s| s.step),
         input.samples.last().map_or(0, |s| s.step),
         if input.garbage_total > 0 {
@@ -77,6 +99,17 @@ pub fn infer(input: &Input) -> Proposal {
             String::new()
         }
     ));
+    let last = input.samples.last().map_or(0, |s| s.step);
+    match (total, ended_at(input.samples)) {
+        (Some(t), _) if last >= t => summary.push(format!(
+            "total steps: {t}, as the log declares it; the log reached it: finished at step {last}"
+        )),
+        (Some(t), Some(end)) if end < t => summary.push(format!(
+            "total steps: {t}, as the log declares it; the log says the run ended at step {end}: finished short of it"
+        )),
+        (Some(t), _) => summary.push(format!("total steps: {t}, as the log declares it")),
+        (None, _) => {}
+    }
     match &fit {
         FitOutcome::Fitted(f) => summary.push(format!("schedule: {}", fit_words(f))),
         FitOutcome::Refused(why) => summary.push(format!("schedule: not proposed: {why}")),
@@ -160,6 +193,27 @@ fn fit_words(f: &fit::Fit) -> String {
     )
 }
 
+/// A regex as a TOML string: a literal string (no escapes to read) unless it holds a quote.
+fn toml_literal(s: &str) -> String {
+    if s.contains('\'') || s.contains('\n') {
+        toml::Value::String(s.to_string()).to_string()
+    } else {
+        format!("'{s}'")
+    }
+}
+
+/// Samples as the user counts them: a trainer's end line reads as a sample at the step
+/// before it (carrying only the total, so the run is seen to have finished there); it is
+/// no sample of its own.
+fn counted(samples: &[Sample]) -> usize {
+    let end_line = |w: &[Sample]| {
+        w[1].step == w[0].step
+            && w[1].values.len() == 1
+            && w[1].get(crate::metrics::TOTAL_STEPS).is_some()
+    };
+    samples.len() - samples.windows(2).filter(|w| end_line(w)).count()
+}
+
 /// A TOML line `key = value` with its comment aligned after it.
 fn line(out: &mut String, key: &str, value: &str, comment: &str) {
     let kv = format!("{key} = {value}");
@@ -203,7 +257,7 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
     if !input.mapping.metrics.patterns.is_empty() {
         o.push_str("patterns = [\n");
         for p in &input.mapping.metrics.patterns {
-            o.push_str(&format!("  {{ regex = '{}' }},\n", p.regex));
+            o.push_str(&format!("  {{ regex = {} }},\n", toml_literal(&p.regex)));
         }
         o.push_str("]\n");
     }
@@ -287,12 +341,7 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
         || !input.mapping.metrics.total_steps.is_empty();
     if let Some(t) = s.total_steps {
         if f.total_from_log && !log_key_for_total {
-            line(
-                o,
-                "total_steps",
-                &t.to_string(),
-                "the log declares it (its lines' total steps)",
-            );
+            line(o, "total_steps", &t.to_string(), "the log declares it");
         } else if f.total_from_log {
             o.push_str(&format!(
                 "# total_steps = {t}   # the log says it: read from there\n"
@@ -319,4 +368,40 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
         "trainers log a neighbouring step's lr",
     );
     o.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(step: u64, values: &[(&str, f64)]) -> Sample {
+        Sample {
+            step,
+            time: None,
+            values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        }
+    }
+
+    /// A run that ended early (fairseq stopped by patience, Megatron by --exit-interval): its
+    /// end line says where it ended, the samples before it what it planned.
+    #[test]
+    fn the_declared_total_is_the_plan_and_an_end_line_where_it_ended() {
+        let planned = [("loss", 3.1), ("total_steps", 300_000.0)];
+        let run = vec![
+            sample(57_400, &planned),
+            sample(57_486, &planned),
+            sample(57_486, &[("total_steps", 57_486.0)]),
+        ];
+        assert_eq!(declared_total(&run), Some(300_000));
+        assert_eq!(ended_at(&run), Some(57_486));
+        assert_eq!(ended_at(&run[..2]), None);
+        // Only end lines (no sample said a plan): where it ended is all there is.
+        assert_eq!(declared_total(&run[2..]), Some(57_486));
+        // A trainer_state.json's closing entry past its last loss entry is no end line.
+        let hf = vec![
+            sample(2175, &[("loss", 1.0), ("total_steps", 2178.0)]),
+            sample(2178, &[("total_steps", 2178.0)]),
+        ];
+        assert_eq!((declared_total(&hf), ended_at(&hf)), (Some(2178), None));
+    }
 }

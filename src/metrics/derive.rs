@@ -1,9 +1,16 @@
 //! What a log says only across lines, worked out in order over the records as they are read:
 //! an elapsed clock (`"0:29:27"`, ms since start) placed on the wall clock, the log's mtime
-//! for samples with no time of their own, and tokens/s from a cumulative token counter or
-//! from `tokens_per_step` over the log's own clock (steps advanced per second).
+//! for samples with no time of their own, tokens/s from a cumulative token counter or
+//! from `tokens_per_step` over the log's own clock (steps advanced per second), and what a
+//! text log declares for the whole run (its total steps, its end: [`MARK`] records).
 
-use super::{Record, TOKENS_SLOT, TPS_SLOT};
+use super::{Record, TOKENS_SLOT, TOTAL_SLOT, TPS_SLOT};
+
+/// The step of a marker record from a text line that declares something about the whole run
+/// (see `metrics::text`): with a total in its `total_steps` slot, the run's planned last
+/// step, for the samples after it; without, the run ended at the last step before it.
+/// [`Derive::apply`] consumes every marker: no reader hands one on.
+pub const MARK: u64 = u64::MAX;
 use crate::metrics::mapping::{Clock, MetricsConfig};
 
 /// Carries what the next record needs from the ones before it.
@@ -22,6 +29,12 @@ pub struct Derive {
     /// Some time came from the log's mtime (a line without one, an elapsed clock's anchor):
     /// records read earlier would be timed differently by a read now.
     pub used_mtime: bool,
+    /// The total a text line declared (a [`MARK`]), given to later samples without their own.
+    #[serde(default)]
+    declared_total: Option<f64>,
+    /// The newest sample's step and time: where a run that says it ended ended.
+    #[serde(default)]
+    last: Option<(u64, Option<f64>)>,
 }
 
 impl Derive {
@@ -48,7 +61,8 @@ impl Derive {
     /// An elapsed clock is anchored at the mtime: the newest line of the current launch is
     /// taken as written at the mtime, and the anchor is kept until the clock runs backwards
     /// (a relaunch restarting it at 0), so a log that stops advancing stays old.
-    pub fn apply(&mut self, recs: &mut [Record], mtime: Option<f64>) {
+    pub fn apply(&mut self, recs: &mut Vec<Record>, mtime: Option<f64>) {
+        self.declarations(recs);
         if self.clock != Clock::Unix {
             for i in 0..recs.len() {
                 let Some(e) = recs[i].time else { continue };
@@ -98,6 +112,43 @@ impl Derive {
                 self.prev_tokens = Some((count, t));
             }
         }
+    }
+}
+
+impl Derive {
+    /// Markers out, in order: a declared total goes on the samples after it (a sample's own
+    /// total wins); a declared end becomes a sample at the last step, whose total is that
+    /// step (nothing to place it on before any sample: dropped).
+    fn declarations(&mut self, recs: &mut Vec<Record>) {
+        if self.declared_total.is_none() && !recs.iter().any(|r| r.step == MARK) {
+            if let Some(r) = recs.last() {
+                self.last = Some((r.step, r.time));
+            }
+            return;
+        }
+        recs.retain_mut(|r| {
+            if r.step != MARK {
+                if r.values[TOTAL_SLOT].is_none() {
+                    r.values[TOTAL_SLOT] = self.declared_total;
+                }
+                self.last = Some((r.step, r.time));
+                return true;
+            }
+            match (r.values[TOTAL_SLOT], self.last) {
+                (Some(t), _) => {
+                    // `max_update=0`: no limit declared.
+                    self.declared_total = (t.is_finite() && t > 0.0).then_some(t);
+                    false
+                }
+                (None, Some((step, time))) => {
+                    let mut values = [None; 11];
+                    values[TOTAL_SLOT] = Some(step as f64);
+                    *r = Record { step, time, values };
+                    true
+                }
+                (None, None) => false,
+            }
+        });
     }
 }
 
@@ -169,5 +220,91 @@ mod tests {
         d.apply(&mut r, Some(100.0));
         let tps: Vec<Option<f64>> = r.iter().map(|r| r.values[TPS_SLOT]).collect();
         assert_eq!(tps, vec![None, Some(5000.0), None, Some(5000.0)]);
+    }
+
+    fn total(r: &Record) -> Option<f64> {
+        r.values[TOTAL_SLOT]
+    }
+
+    #[test]
+    fn a_declared_total_goes_on_later_samples_and_an_end_becomes_the_last_step() {
+        let mark = |t: Option<f64>| {
+            let mut values = [None; 11];
+            values[TOTAL_SLOT] = t;
+            Record {
+                step: MARK,
+                time: None,
+                values,
+            }
+        };
+        let mut d = Derive::new(&MetricsConfig::default());
+        // An end before any sample has no step to stand at: dropped.
+        let mut a = vec![mark(None), rec(1, Some(5.0), None), mark(Some(300.0))];
+        d.apply(&mut a, Some(9.0));
+        assert_eq!(a.len(), 1);
+        assert_eq!(total(&a[0]), None, "declared after it");
+        // Carried to the next read; a sample's own total wins; 0 is no limit.
+        let mut own = rec(3, None, None);
+        own.values[TOTAL_SLOT] = Some(40.0);
+        let mut b = vec![rec(2, None, None), own, mark(Some(0.0)), rec(4, None, None)];
+        d.apply(&mut b, Some(9.0));
+        let totals: Vec<_> = b.iter().map(total).collect();
+        assert_eq!(totals, vec![Some(300.0), Some(40.0), None]);
+        // The end: a sample at the last step, with that step as its total.
+        let mut c = vec![mark(None)];
+        d.apply(&mut c, Some(12.0));
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].step, total(&c[0])), (4, Some(4.0)));
+        assert!(c.iter().all(|r| r.step != MARK));
+        // A restarted file forgets both.
+        d.reset();
+        let mut e = vec![mark(None), rec(1, None, None)];
+        d.apply(&mut e, None);
+        assert_eq!((e.len(), total(&e[0])), (1, None));
+    }
+
+    /// A first read of a big text log parses its parts on several threads; the total the
+    /// first lines declare still reaches every sample, and the end line the last one.
+    #[test]
+    fn declarations_survive_a_parallel_read() {
+        use crate::metrics::mapping::TextPattern;
+        use crate::metrics::{lines, Batch};
+        let m = MetricsConfig {
+            patterns: [
+                r"iter (?P<step>\d+): loss (?P<loss>\S+),",
+                r"(?:^|Overriding: )max_iters = (?P<total_steps>\d+)",
+                r"(?P<finished>Training completed)",
+            ]
+            .iter()
+            .map(|r| TextPattern {
+                regex: r.to_string(),
+                fields: Vec::new(),
+            })
+            .collect(),
+            ..Default::default()
+        };
+        let mut text = String::from("max_iters = 5000\nOverriding: max_iters = 90000\n");
+        for i in 0..90_000 {
+            text.push_str(&format!("iter {i}: loss 2.5, time 95.12ms, mfu 31.20%\n"));
+        }
+        text.push_str("Training completed\n");
+        assert!(text.len() > 2 << 20, "several parts");
+        let mut p = crate::metrics::text::TextParser::new(&m).unwrap();
+        let (mut out, mut n) = (Batch::default(), 0);
+        lines::feed(
+            &mut p,
+            text.as_bytes(),
+            &mut n,
+            std::path::Path::new("l"),
+            &mut out,
+        );
+        let mut d = Derive::new(&m);
+        d.apply(&mut out.records, None);
+        assert_eq!(out.records.len(), 90_001);
+        assert!(out.records[..90_000]
+            .iter()
+            .all(|r| total(r) == Some(90_000.0)));
+        let end = out.records.last().unwrap();
+        assert_eq!((end.step, total(end)), (89_999, Some(89_999.0)));
     }
 }

@@ -7,8 +7,18 @@
 //! whose loss was not finite. Megatron leaves those steps out of the loss it prints (and says
 //! `number of nan iterations: N`), so a count above 0 makes the sample's loss NaN: otherwise a
 //! run producing NaNs would print a healthy average.
+//!
+//! Two kinds of pattern need no `step`: what the log declares about the whole run.
+//! - `total_steps` alone (nanoGPT's `max_iters = 5000`, Megatron's `train_iters ... 500`,
+//!   fairseq's `max_update=300000`): the run's planned last step, for the lines after it.
+//! - `finished` (torchtitan's `Training completed`, Megatron's `[after training is done]`,
+//!   fairseq's `done training in`): the trainer says the run ended, at its last step.
+//!
+//! Both come out as marker records ([`crate::metrics::derive::MARK`]) that the in-order pass of
+//! [`crate::metrics::derive::Derive`] turns into what follows from them: a line parser alone
+//! cannot, as a big read parses its parts on several threads.
 
-use super::{Fields, Keys, LineParser, Parsed, Target, SLOTS};
+use super::{Fields, Keys, LineParser, Parsed, Record, Target, SLOTS, TOTAL_SLOT};
 use crate::metrics::mapping::MetricsConfig;
 use anyhow::{bail, Context, Result};
 use regex::bytes::Regex;
@@ -18,10 +28,23 @@ pub struct TextParser {
     keys: Keys,
     /// Regex, what each group feeds, and which group (if any) counts NaN steps.
     patterns: Vec<(Regex, Vec<Option<Target>>, Option<usize>)>,
+    /// Patterns without a step: the run's declared total, or its end (see the module doc).
+    declarations: Vec<(Regex, Declares)>,
+}
+
+/// What a pattern without a `step` group declares.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Declares {
+    /// The run's planned last step, from the group at this index.
+    Total(usize),
+    /// The run ended.
+    Finished,
 }
 
 /// The group name that counts the interval's non-finite steps (see the module doc).
 pub const NAN_ITERATIONS: &str = "nan_iterations";
+/// The group name of a line that says the run ended (see the module doc).
+pub const FINISHED: &str = "finished";
 
 /// A group name → what it feeds (`vram` is accepted for `vram_gib`).
 fn target_of(name: &str) -> Option<Target> {
@@ -58,6 +81,7 @@ impl TextParser {
             bail!("format = \"text\" needs [metrics] patterns, e.g. patterns = [{{ regex = 'step (?P<step>\\d+) .* loss (?P<loss>[\\d.eE+-]+)' }}]");
         }
         let mut patterns = Vec::new();
+        let mut declarations = Vec::new();
         for (i, p) in m.patterns.iter().enumerate() {
             let re = Regex::new(&p.regex)
                 .with_context(|| format!("[metrics] patterns #{}: bad regex", i + 1))?;
@@ -75,15 +99,17 @@ impl TextParser {
                         ),
                     },
                 };
-                if name == NAN_ITERATIONS {
-                    nan_group = Some(targets.len());
+                if name == NAN_ITERATIONS || name == FINISHED {
+                    if name == NAN_ITERATIONS {
+                        nan_group = Some(targets.len());
+                    }
                     targets.push(None);
                     continue;
                 }
                 let t = target_of(name);
                 if t.is_none() {
                     bail!(
-                        "[metrics] patterns #{}: group `{name}` is not a metric: expected one of step, time, step_time, {}, vram, {NAN_ITERATIONS}",
+                        "[metrics] patterns #{}: group `{name}` is not a metric: expected one of step, time, step_time, {}, vram, {NAN_ITERATIONS}, {FINISHED}",
                         i + 1,
                         SLOTS.join(", ")
                     );
@@ -98,13 +124,33 @@ impl TextParser {
                 );
             }
             if !targets.contains(&Some(Target::Step)) {
-                bail!("[metrics] patterns #{}: needs a `step` group", i + 1);
+                let total = targets
+                    .iter()
+                    .position(|t| *t == Some(Target::Metric(TOTAL_SLOT)));
+                let finished = re.capture_names().any(|n| n == Some(FINISHED));
+                let others = targets
+                    .iter()
+                    .filter(|t| t.is_some() && **t != Some(Target::Metric(TOTAL_SLOT)))
+                    .count();
+                match (total, finished, others) {
+                    (Some(g), false, 0) => declarations.push((re, Declares::Total(g))),
+                    (None, true, 0) => declarations.push((re, Declares::Finished)),
+                    _ => bail!(
+                        "[metrics] patterns #{}: needs a `step` group (or only a `total_steps` group: a line declaring the run's total; or a `{FINISHED}` group: a line saying the run ended)",
+                        i + 1
+                    ),
+                }
+                continue;
             }
             patterns.push((re, targets, nan_group));
+        }
+        if patterns.is_empty() {
+            bail!("[metrics] patterns: none has a `step` group: expected at least one pattern for the lines that carry a step");
         }
         Ok(TextParser {
             keys: Keys::new(m),
             patterns,
+            declarations,
         })
     }
 }
@@ -139,6 +185,29 @@ impl LineParser for TextParser {
                 fields.set(Target::Metric(0), f64::NAN); // SLOTS[0] is LOSS
             }
             return fields.finish(&self.keys, "step");
+        }
+        for (re, declares) in &self.declarations {
+            let Some(caps) = re.captures(&line) else {
+                continue;
+            };
+            let mut values = [None; SLOTS.len()];
+            if let Declares::Total(g) = declares {
+                let raw = caps.get(g + 1).map_or(&b""[..], |m| m.as_bytes());
+                match super::parse_num(raw) {
+                    Some(t) => values[TOTAL_SLOT] = Some(t),
+                    None => {
+                        return Parsed::Garbage(format!(
+                            "matched a total-steps pattern but {:?} is not a number",
+                            String::from_utf8_lossy(raw)
+                        ))
+                    }
+                }
+            }
+            return Parsed::Sample(Record {
+                step: super::derive::MARK,
+                time: None,
+                values,
+            });
         }
         Parsed::Skip
     }
@@ -222,6 +291,42 @@ mod tests {
         }
     }
 
+    /// Lines that declare the run's total or its end come out as markers (resolved in order
+    /// by `Derive`); a sample line is read as before. The lines are Megatron-DeepSpeed's
+    /// argument dump and end line, and torchtitan's, from the corpus fixtures.
+    #[test]
+    fn declarations_and_end_lines_are_markers() {
+        let m = cfg(&[
+            (r"iteration\s+(?P<step>\d+)/", &[]),
+            (r"^\s*train_iters \.+ (?P<total_steps>\d+)\s*$", &[]),
+            (r"(?P<finished>\[after training is done\])", &[]),
+        ]);
+        let mut p = TextParser::new(&m).unwrap();
+        let Parsed::Sample(r) = p.parse(b"  train_iters ..................................... 500")
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (r.step, r.total_steps()),
+            (crate::metrics::derive::MARK, Some(500))
+        );
+        let Parsed::Sample(r) = p.parse(b"[after training is done] datetime: 2025-12-22 22:04:38 ")
+        else {
+            panic!()
+        };
+        assert_eq!(r.step, crate::metrics::derive::MARK);
+        assert!(r.is_empty(), "an end marker carries nothing: {r:?}");
+        // `None` (a run counting samples) declares nothing; a sample line is a sample.
+        assert_eq!(
+            p.parse(b"  train_iters ..................................... None"),
+            Parsed::Skip
+        );
+        let Parsed::Sample(r) = p.parse(b" iteration        1/     500 | consumed") else {
+            panic!()
+        };
+        assert_eq!(r.step, 1);
+    }
+
     #[test]
     fn config_mistakes_are_explained() {
         let e = |m| TextParser::new(&m).err().unwrap().to_string();
@@ -230,5 +335,13 @@ mod tests {
         assert!(e(cfg(&[(r"(?P<foo>\d+)", &[])])).contains("nan_iterations"));
         assert!(e(cfg(&[(r"(\d+)", &[])])).contains("has no name"));
         assert!(e(cfg(&[(r"loss (?P<loss>\d+)", &[])])).contains("needs a `step`"));
+        // A declaration alone reads no sample; one with a metric beside it is a mistake.
+        assert!(e(cfg(&[(r"max_iters = (?P<total_steps>\d+)", &[])])).contains("none has a `step`"));
+        assert!(e(cfg(&[
+            (r"iter (?P<step>\d+)", &[]),
+            (r"max (?P<total_steps>\d+) (?P<loss>\S+)", &[])
+        ]))
+        .contains("only a `total_steps` group"));
+        assert!(e(cfg(&[(r"(?P<foo>\d+)", &[])])).contains("finished"));
     }
 }
