@@ -59,6 +59,85 @@ fn datastores(root: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The committed run (tests/fixtures/wandb/normal, no `latest-run` link: the run directory
+/// started last is the newest) under `wandb/`.
+fn committed_run(env: &Env) -> PathBuf {
+    let src = repo_root().join("tests/fixtures/wandb/normal");
+    let dir = std::fs::read_dir(&src)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir() && !p.ends_with("latest-run"))
+        .unwrap();
+    let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    env.write(
+        &format!("wandb/{name}/run-normal01.wandb"),
+        std::fs::read(dir.join("run-normal01.wandb")).unwrap(),
+    )
+}
+
+/// Without the wandb package: `init` on the committed run, and a flipped byte in its middle
+/// named on stderr (file, byte offset) while the rest is judged.
+#[test]
+fn the_committed_run_inits_and_a_corrupt_chunk_is_named() {
+    let env = Env::new();
+    let file = committed_run(&env);
+    env.run(&["init", "--log", "wandb", "--out", "-"])
+        .expect(0)
+        .stderr_has("format: wandb")
+        .stderr_has("loss <- \"train/loss\"")
+        .stderr_has("read 150 samples, steps 0..149")
+        .stdout_has("name = \"normal01\"");
+    env.write(
+        "roger.toml",
+        config("_step").replace("\"1h\"", "\"100000d\""),
+    );
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[10_040] ^= 0x55;
+    std::fs::write(&file, &bytes).unwrap();
+    let run = env
+        .run(&["critic", "--once", "--json"])
+        .expect(0)
+        .stderr_has("roger: warning: skipped ./wandb/")
+        .stderr_has("run-normal01.wandb:")
+        .stderr_has("fails its CRC-32")
+        .stderr_has("read on at byte offset 32768");
+    assert_eq!(json_out(&run)["step"], 149, "read on after the damage");
+}
+
+/// `critic --once` goes on from its summary cache as the file grows (cut mid-record each
+/// time) and judges as a read of the whole file does.
+#[test]
+fn critic_once_goes_on_from_its_cache_and_judges_as_a_full_read() {
+    let env = Env::new();
+    let file = committed_run(&env);
+    let whole = std::fs::read(&file).unwrap();
+    env.write(
+        "roger.toml",
+        config("_step").replace("\"1h\"", "\"100000d\""),
+    );
+    std::fs::write(&file, &whole[..20_000]).unwrap();
+    env.run(&["critic", "--once"]);
+    let checks = |v: &serde_json::Value| -> Vec<(String, String)> {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["status"].to_string(), c["reason"].to_string()))
+            .collect()
+    };
+    for cut in [45_000, whole.len()] {
+        let had = std::fs::metadata(&file).unwrap().len() as usize;
+        env.append(&file.to_string_lossy(), &whole[had..cut]);
+        let fast = env.run(&["critic", "--once", "--json"]);
+        assert!(!fast.stderr().contains("not used"), "{}", fast.report());
+        let full = env.run(&["critic", "--once", "--json", "--full-read"]);
+        let (fast, full) = (json_out(&fast), json_out(&full));
+        assert_eq!(fast["step"], full["step"], "cut {cut}");
+        assert_eq!(checks(&fast), checks(&full), "cut {cut}");
+    }
+}
+
 /// `init --log wandb/` picks the newest of two runs and maps its keys (the nested
 /// `train/loss` too); the critic passes that run, and fails a newer run whose loss went NaN.
 #[test]

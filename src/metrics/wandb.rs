@@ -416,17 +416,11 @@ pub fn run_files(path: &Path) -> RunFiles {
     }
 }
 
-/// Whether `dir` is a W&B directory: a `wandb/` directory with run directories, or one run's
-/// directory with its datastore.
-pub fn is_wandb_dir(dir: &Path) -> bool {
-    dir.is_dir() && !run_files(dir).files.is_empty()
-}
-
 /// The run's name for the config: its display name when the run record has one, else its id.
 pub fn run_name(path: &Path) -> Option<String> {
     let files = run_files(path);
     let first = files.files.first()?;
-    let (records, _) = read_head(first, 1 << 20).ok()?;
+    let records = read_head(first, 1 << 20).ok()?;
     records
         .iter()
         .find_map(|r| {
@@ -441,8 +435,8 @@ pub fn run_name(path: &Path) -> Option<String> {
         .or(files.id)
 }
 
-/// The whole records in the first `limit` bytes of a datastore, and how many history rows.
-fn read_head(file: &Path, limit: u64) -> Result<(Vec<Vec<u8>>, usize)> {
+/// The whole records in the first `limit` bytes of a datastore.
+fn read_head(file: &Path, limit: u64) -> Result<Vec<Vec<u8>>> {
     let f = File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let mut buf = Vec::new();
     std::io::Read::read_to_end(&mut std::io::Read::take(&f, limit), &mut buf)
@@ -451,22 +445,13 @@ fn read_head(file: &Path, limit: u64) -> Result<(Vec<Vec<u8>>, usize)> {
         bail!("{}: {}", file.display(), not_a_datastore(&buf));
     }
     let (items, _) = scan(&buf[FILE_HEADER.len()..], FILE_HEADER.len() as u64);
-    let records: Vec<Vec<u8>> = items
+    Ok(items
         .into_iter()
         .filter_map(|i| match i {
             Item::Record(_, r) => Some(r),
             Item::Damaged { .. } => None,
         })
-        .collect();
-    let rows = records
-        .iter()
-        .filter(|r| {
-            proto::Record::decode(r.as_slice())
-                .ok()
-                .is_some_and(|r| r.history.is_some())
-        })
-        .count();
-    Ok((records, rows))
+        .collect())
 }
 
 fn not_a_datastore(head: &[u8]) -> String {
@@ -1042,6 +1027,80 @@ mod tests {
             })
             .collect();
         assert_eq!(lens, vec![100, 10, 32_000, 5]);
+    }
+
+    fn item(key: &[&str], json: &str) -> proto::HistoryItem {
+        proto::HistoryItem {
+            key: String::new(),
+            nested_key: key.iter().map(|k| k.to_string()).collect(),
+            integer: None,
+            number: None,
+            value_json: json.into(),
+        }
+    }
+
+    /// A mapped key whose value is no number is reported and the row's other values used;
+    /// the typed values of the `value` oneof are read as well as `value_json`.
+    #[test]
+    fn row_values_text_typed_and_flat_keys() {
+        let rows = [
+            vec![
+                item(&["_step"], "0"),
+                item(&["_timestamp"], "1700000000.5"),
+                item(&["train", "loss"], "\"oops\""),
+                item(&["lr"], "0.1"),
+            ],
+            vec![
+                item(&["_step"], "1"),
+                proto::HistoryItem {
+                    key: "train/loss".into(),
+                    nested_key: Vec::new(),
+                    number: Some(2.5),
+                    ..item(&[], "")
+                },
+                proto::HistoryItem {
+                    integer: Some(-3),
+                    ..item(&["train", "grad_norm"], "")
+                },
+                item(&["lr"], "NaN"),
+            ],
+        ];
+        let records: Vec<Vec<u8>> = rows
+            .into_iter()
+            .map(|items| {
+                let h = proto::HistoryRecord {
+                    item: items,
+                    step: None,
+                };
+                proto::Record {
+                    history: Some(h),
+                    run: None,
+                }
+                .encode_to_vec()
+            })
+            .collect();
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("run-x.wandb");
+        std::fs::write(&file, frame(&records)).unwrap();
+        let poll = read(&file);
+        let r = &poll.batch.records;
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            (r[0].step, r[0].get("loss"), r[0].get("lr")),
+            (0, None, Some(0.1))
+        );
+        assert_eq!(r[0].time, Some(1_700_000_000.5));
+        assert_eq!(
+            (r[1].get("loss"), r[1].get("grad_norm")),
+            (Some(2.5), Some(-3.0))
+        );
+        assert!(r[1].get("lr").unwrap().is_nan());
+        assert_eq!(poll.batch.garbage_total, 1);
+        let g = poll.batch.garbage[0].to_string();
+        assert!(
+            g.contains("`train/loss`: expected a number, found \"oops\""),
+            "{g}"
+        );
     }
 
     #[test]
