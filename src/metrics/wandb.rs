@@ -47,29 +47,36 @@ const READ: usize = 8 << 20;
 /// Bytes at the start of a file remembered to notice it rewritten in place.
 const HEAD: usize = 64;
 
+/// The CRC-32 (IEEE, reflected, polynomial 0xEDB88320) byte table.
+const TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xedb8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
 /// CRC-32 (IEEE 802.3, zlib's), the datastore's chunk checksum.
 pub fn crc32(data: &[u8]) -> u32 {
-    const TABLE: [u32; 256] = {
-        let mut t = [0u32; 256];
-        let mut i = 0;
-        while i < 256 {
-            let mut c = i as u32;
-            let mut k = 0;
-            while k < 8 {
-                c = if c & 1 != 0 {
-                    0xedb8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-                k += 1;
-            }
-            t[i] = c;
-            i += 1;
-        }
-        t
-    };
+    crc32_with(&[], data)
+}
+
+/// CRC-32 of `first` then `data`, as if they were one slice (a chunk's type and payload).
+fn crc32_with(first: &[u8], data: &[u8]) -> u32 {
     let mut c = !0u32;
-    for &b in data {
+    for &b in first.iter().chain(data) {
         c = TABLE[((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8);
     }
     !c
@@ -151,10 +158,7 @@ pub fn scan(buf: &[u8], base: u64) -> (Vec<Item>, u64) {
             break; // cut off: the writer has not written all of it yet
         }
         let data = &buf[(at + CHUNK_HEADER - base) as usize..(data_end - base) as usize];
-        let mut checked = Vec::with_capacity(1 + data.len());
-        checked.push(kind);
-        checked.extend_from_slice(data);
-        let found = crc32(&checked);
+        let found = crc32_with(&[kind], data);
         if found != crc {
             if data_end == end || (data_end..end).all(|i| byte(i) == 0) {
                 break; // the last chunk written: maybe half of it reached the disk
