@@ -151,6 +151,7 @@ fn init_detects_the_newest_run_and_the_critic_judges_it() {
     write_run(&env, &["--id", "newest01", "--to", "150"]);
     env.run(&["init", "--log", "wandb/"])
         .expect(0)
+        .stderr_has("W&B run newest01 (1 launch(es)); keys from wandb/offline-run-")
         .stderr_has("format: wandb (a W&B run datastore (150 history rows")
         .stderr_has("step <- \"_step\"")
         .stderr_has("loss <- \"train/loss\"")
@@ -226,6 +227,7 @@ fn an_offline_resume_continues_the_run() {
     // `init` reads the two launches as one run too.
     env.run(&["init", "--log", "wandb", "--out", "-"])
         .expect(0)
+        .stderr_has("W&B run resumed1 (2 launch(es))")
         .stderr_has("read 120 samples, steps 0..119");
 }
 

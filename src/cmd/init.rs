@@ -197,8 +197,15 @@ fn detect_log(log: &Path) -> Result<Option<detect::Detected>> {
             )));
         }
         // A W&B directory: the newest launch of its newest run.
-        if let Some(newest) = metrics::wandb::run_files(log).files.pop() {
-            return detect_log(&newest);
+        let run = metrics::wandb::run_files(log);
+        if let Some(newest) = run.files.last() {
+            crate::noteln!(
+                "roger: init: W&B run {} ({} launch(es)); keys from {}",
+                run.id.as_deref().unwrap_or("?"),
+                run.files.len(),
+                newest.display()
+            );
+            return detect_log(newest);
         }
         let Some(newest) = metrics::tensorboard::event_files(log).pop() else {
             return Ok(None);
