@@ -516,8 +516,11 @@ struct OpenFile {
     path: PathBuf,
     file: File,
     id: (u64, u64),
-    /// Where the next read starts: after the header and the last whole record.
+    /// Where the next read starts: after the header and the last whole record, or where the
+    /// block after a damaged one will start (past the end of the file until it is written).
     offset: u64,
+    /// How far the file was read: shorter than this, it was truncated.
+    end: u64,
     /// Records passed so far (good or damaged), for numbering what is reported.
     records: u64,
     /// History rows read from this file.
@@ -586,7 +589,7 @@ impl WandbRun {
                 // Replaced: finish what the old handle holds, then read the new file whole.
                 self.drain(poll)?;
                 self.restart(poll, "replaced")?;
-            } else if meta.as_ref().is_some_and(|m| m.len() < open.offset) {
+            } else if meta.as_ref().is_some_and(|m| m.len() < open.end) {
                 self.restart(poll, "truncated")?;
             } else if meta.is_some() && changed() {
                 self.restart(poll, "rewritten")?;
@@ -668,6 +671,7 @@ impl WandbRun {
             file,
             id: (p.dev, p.ino),
             offset: p.offset,
+            end: p.offset,
             records: p.records,
             rows: p.rows,
             head: p.head.clone(),
@@ -691,6 +695,7 @@ impl WandbRun {
             file,
             id: (meta.dev(), meta.ino()),
             offset: 0,
+            end: 0,
             records: 0,
             rows: 0,
             head: Vec::new(),
@@ -719,6 +724,7 @@ impl WandbRun {
                 bail!("{}: {}", open.path.display(), not_a_datastore(&head));
             }
             open.offset = FILE_HEADER.len() as u64;
+            open.end = open.end.max(open.offset);
             poll.bytes_read += n as u64;
             poll.batch.bytes += n as u64;
         }
@@ -735,6 +741,7 @@ impl WandbRun {
             }
             poll.bytes_read += n as u64;
             poll.batch.bytes += n as u64;
+            open.end = open.end.max(open.offset + n as u64);
             if open.head.len() < HEAD {
                 let mut head = vec![0u8; HEAD];
                 let got = read_full(&open.file, &mut head, 0).unwrap_or(0);
@@ -1250,6 +1257,84 @@ mod tests {
         assert_eq!(*got.last().unwrap(), 149, "read on after it");
         assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
         assert!(got.len() < 150 && got.len() > 60, "{}", got.len());
+    }
+
+    /// Damage in the block still being written: the read skips to where the next block will
+    /// start, past the end of the file for now. That is not a truncation: later polls read
+    /// nothing again, and the next block when it comes.
+    #[test]
+    fn damage_in_the_last_block_is_reported_once_and_the_next_block_read() {
+        let mut bytes = std::fs::read(normal_file()).unwrap();
+        bytes[40_040] ^= 0x55; // a payload byte in block 1
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("run-x.wandb");
+        std::fs::write(&file, &bytes[..50_000]).unwrap();
+        let mut run = WandbRun::new(&file, &metrics());
+        let mut first = Poll::default();
+        run.poll(&mut first).unwrap();
+        assert_eq!(first.batch.garbage_total, 1, "{:?}", first.batch.garbage);
+        let seen = steps(&first);
+        for _ in 0..2 {
+            let mut again = Poll::default();
+            run.poll(&mut again).unwrap();
+            assert_eq!(again.restarted, None);
+            assert_eq!(
+                (again.batch.records.len(), again.batch.garbage_total),
+                (0, 0)
+            );
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        std::io::Write::write_all(&mut f, &bytes[50_000..]).unwrap();
+        let mut rest = Poll::default();
+        run.poll(&mut rest).unwrap();
+        assert_eq!(rest.batch.garbage_total, 0, "{:?}", rest.batch.garbage);
+        let more = steps(&rest);
+        assert_eq!(*more.last().unwrap(), 149);
+        assert!(more[0] > *seen.last().unwrap(), "{seen:?} then {more:?}");
+    }
+
+    /// Whatever the bytes (the real file mutated, cut, or junk after the header), reading
+    /// neither panics nor goes backwards, and a second read after growth does not either.
+    #[test]
+    fn any_bytes_read_without_panic() {
+        let whole = std::fs::read(normal_file()).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("run-x.wandb");
+        let mut rng = fastrand::Rng::with_seed(29);
+        for case in 0..300 {
+            let mut b = if case % 3 == 0 {
+                let mut b = FILE_HEADER.to_vec();
+                b.extend((0..rng.usize(0..70_000)).map(|_| rng.u8(..)));
+                b
+            } else {
+                whole.clone()
+            };
+            for _ in 0..rng.usize(0..20) {
+                let i = rng.usize(7..b.len().max(8));
+                if i < b.len() {
+                    b[i] = rng.u8(..);
+                }
+            }
+            let cut = rng.usize(0..=b.len());
+            std::fs::write(&file, &b[..cut]).unwrap();
+            let mut run = WandbRun::new(&file, &metrics());
+            let mut p = Poll::default();
+            let _ = run.poll(&mut p);
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&file)
+                .unwrap();
+            std::io::Write::write_all(&mut f, &b[cut..]).unwrap();
+            let mut q = Poll::default();
+            let _ = run.poll(&mut q);
+            assert!(q.restarted.is_none(), "case {case}: {:?}", q.restarted);
+            let (items, next) = scan(&b[7.min(b.len())..], 7);
+            assert!(next >= 7, "case {case}");
+            drop(items);
+        }
     }
 
     #[test]
