@@ -283,9 +283,9 @@ fn children_named(program: &[u8], flag: &[u8], parent: i32) -> Vec<i32> {
 }
 
 /// SIGKILL while logging (the script and wandb-core at once, as an OOM kill or a lost node
-/// does): the file ends where the last whole 32 KiB block was written, its last record cut
-/// off. The critic judges the rows before it with nothing reported; cut again inside a block,
-/// the same.
+/// does): the file ends where wandb-core last wrote its block, its last record cut off. The
+/// critic judges the rows before it with nothing reported; cut again inside a block (a torn
+/// write), the same.
 #[test]
 fn a_run_killed_mid_write_is_read_to_its_last_whole_row() {
     if !has_wandb("a_run_killed_mid_write_is_read_to_its_last_whole_row") {
@@ -320,12 +320,9 @@ fn a_run_killed_mid_write_is_read_to_its_last_whole_row() {
         std::fs::read_to_string(format!("/proc/{}/stat", core[0]))
             .map_or(true, |s| s.contains(") Z "))
     });
+    // Usually whole blocks only, the last record cut off; a flush just before the kill can
+    // leave a piece of a block instead (the cut below tears a record either way).
     let len = std::fs::metadata(&file).unwrap().len();
-    assert_eq!(
-        len % 32768,
-        0,
-        "killed before a clean close: whole blocks only ({len})"
-    );
     let judge = |what: &str| {
         let run = env
             .run(&["critic", "--once", "--json", "--full-read"])
@@ -396,12 +393,16 @@ fn the_daemon_reads_only_new_bytes_of_a_growing_datastore() {
         crate::watch::poll_until("a tick on the new bytes", Duration::from_secs(60), || {
             ticks().len() > before
         });
-        let (_, read) = *ticks().last().unwrap();
+        // A tick that caught the append half done is followed by one for the rest.
+        std::thread::sleep(Duration::from_secs(1));
+        let read: u64 = ticks()[before..].iter().map(|t| t.1).sum();
         let new = (w[1] - w[0]) as u64;
-        // At most one history record (~200 bytes here) before the cut is read again.
+        // Only the record left unfinished at each cut (a history row, ~200 bytes, or a
+        // system-metrics record) is read again.
         assert!(
-            read >= new && read <= new + 1024,
-            "{read} B read for {new} new bytes"
+            read >= new && read <= new + 8192,
+            "{read} B read for {new} new bytes: {:?}",
+            ticks()
         );
     }
     nix::sys::signal::kill(

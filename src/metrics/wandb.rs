@@ -728,20 +728,22 @@ impl WandbRun {
             poll.bytes_read += n as u64;
             poll.batch.bytes += n as u64;
         }
-        let pending = open
-            .file
-            .metadata()
-            .map_or(0, |m| m.len().saturating_sub(open.offset)) as usize;
+        let len = open.file.metadata().map_or(0, |m| m.len());
+        if len <= open.end {
+            return Ok(()); // not grown since the last read: the unfinished record waits
+        }
+        let pending = len.saturating_sub(open.offset) as usize;
         let mut buf = vec![0u8; pending.clamp(64 << 10, READ)];
         loop {
-            let n = read_full(&open.file, &mut buf, open.offset)
+            let from = open.offset;
+            let n = read_full(&open.file, &mut buf, from)
                 .with_context(|| format!("reading W&B datastore {}", open.path.display()))?;
             if n == 0 {
                 break;
             }
             poll.bytes_read += n as u64;
             poll.batch.bytes += n as u64;
-            open.end = open.end.max(open.offset + n as u64);
+            open.end = open.end.max(from + n as u64);
             if open.head.len() < HEAD {
                 let mut head = vec![0u8; HEAD];
                 let got = read_full(&open.file, &mut head, 0).unwrap_or(0);
@@ -788,7 +790,7 @@ impl WandbRun {
             }
             let used = next - open.offset;
             open.offset = next;
-            if n < buf.len() {
+            if n < buf.len() || from + n as u64 >= len {
                 break; // the end: what is left is a record still being written
             }
             if used == 0 {
@@ -1212,6 +1214,7 @@ mod tests {
             let mut idle = Poll::default();
             run.poll(&mut idle).unwrap();
             assert_eq!(idle.batch.records.len(), 0, "cut {cut}");
+            assert_eq!(idle.bytes_read, 0, "cut {cut}: not grown, nothing read");
             let mut f = std::fs::OpenOptions::new()
                 .append(true)
                 .open(&file)
