@@ -38,6 +38,7 @@ mod status;
 mod tensorboard;
 mod text_shapes;
 mod untrusted_ledger;
+mod wandb;
 mod watch;
 mod watch_lifecycle;
 mod watch_shapes;

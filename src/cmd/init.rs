@@ -22,13 +22,15 @@ Examples:
   roger init --log output/                     # finds trainer_state.json, metrics.csv, *.jsonl, *.log
   roger init --log runs/                       # a TensorBoard SummaryWriter log directory
   roger init --log mlruns/0/<run-id>/          # an MLflow run (file store)
+  roger init --log wandb/                      # the newest Weights & Biases run (latest-run)
   roger init --from-run ../last-run/roger-ledger.jsonl --out next/roger.toml
   roger init --log train.log --out -           # print instead of writing
 
 Then: roger check (validate), roger critic --once (judge the run now), roger status.")]
 pub struct InitArgs {
     /// The run's metrics log, or a directory holding one (trainer_state.json, metrics.csv,
-    /// *.jsonl, *.log, a TensorBoard log directory or event file, an MLflow run directory).
+    /// *.jsonl, *.log, a TensorBoard log directory or event file, an MLflow run directory,
+    /// a W&B `wandb/` directory, run directory or `.wandb` file).
     #[arg(long, value_name = "FILE|DIR", required_unless_present = "from_run")]
     pub log: Option<PathBuf>,
 
@@ -51,7 +53,7 @@ pub struct InitArgs {
     pub name: Option<String>,
 
     /// The log's format, instead of detecting it: jsonl, csv, text, hf-trainer-state,
-    /// tensorboard or mlflow.
+    /// tensorboard, mlflow or wandb.
     #[arg(long, value_name = "FORMAT", value_parser = super::hygiene::parse_format)]
     pub format: Option<LogFormat>,
 }
@@ -166,7 +168,10 @@ fn is_mlflow_run(dir: &Path) -> bool {
 /// A directory that is itself a log (a SummaryWriter log dir, an MLflow run), with the time
 /// it was last written (its newest file's mtime).
 fn directory_log(dir: &Path) -> Option<std::time::SystemTime> {
-    let files: Vec<PathBuf> = if is_mlflow_run(dir) {
+    let wandb = metrics::wandb::run_files(dir).files;
+    let files: Vec<PathBuf> = if !wandb.is_empty() {
+        wandb
+    } else if is_mlflow_run(dir) {
         metrics::mlflow::metric_files(dir)
             .into_iter()
             .map(|(_, p)| p)
@@ -190,6 +195,17 @@ fn detect_log(log: &Path) -> Result<Option<detect::Detected>> {
             return Ok(Some(detect::mlflow_run(
                 keys.into_iter().map(|(k, _)| k).collect(),
             )));
+        }
+        // A W&B directory: the newest launch of its newest run.
+        let run = metrics::wandb::run_files(log);
+        if let Some(newest) = run.files.last() {
+            crate::noteln!(
+                "roger: init: W&B run {} ({} launch(es)); keys from {}",
+                run.id.as_deref().unwrap_or("?"),
+                run.files.len(),
+                newest.display()
+            );
+            return detect_log(newest);
         }
         let Some(newest) = metrics::tensorboard::event_files(log).pop() else {
             return Ok(None);
@@ -438,6 +454,11 @@ fn run_name(log: &Path) -> String {
     let abs = std::fs::canonicalize(log).unwrap_or_else(|_| log.to_path_buf());
     if let Ok(named) = std::fs::read_to_string(abs.join("tags/mlflow.runName")) {
         return clean_name(&named);
+    }
+    if abs.is_dir() || abs.extension().is_some_and(|x| x == "wandb") {
+        if let Some(named) = metrics::wandb::run_name(&abs) {
+            return clean_name(&named);
+        }
     }
     let stem = abs
         .file_stem()

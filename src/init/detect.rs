@@ -22,7 +22,7 @@ type Detector = fn(&str, &[u8]) -> Option<Detected>;
 
 /// Tried in order; the first that recognises the head wins. TensorBoard is first (its head
 /// is binary); text is last: it matches anything one of its known line shapes matches.
-const DETECTORS: &[Detector] = &[tensorboard, hf_trainer_state, jsonl, csv, text];
+const DETECTORS: &[Detector] = &[wandb, tensorboard, hf_trainer_state, jsonl, csv, text];
 
 /// Detect the format of a log from its name and its first bytes (a few hundred lines).
 pub fn detect(name: &str, head: &[u8]) -> Option<Detected> {
@@ -59,6 +59,22 @@ fn tensorboard(name: &str, head: &[u8]) -> Option<Detected> {
             tags.len()
         ),
         keys: tags.into_iter().collect(),
+        patterns: Vec::new(),
+    })
+}
+
+/// A W&B run's datastore (`run-<id>.wandb`): its header; its keys are those of the history
+/// rows in the head with number values (nested keys spelled `a/b`, `_step`, `_timestamp`).
+fn wandb(_: &str, head: &[u8]) -> Option<Detected> {
+    let (keys, rows) = crate::metrics::wandb::head_keys(head)?;
+    Some(Detected {
+        format: LogFormat::Wandb,
+        why: format!(
+            "a W&B run datastore ({rows} history rows in its first {} KiB, {} number keys)",
+            head.len().div_ceil(1024),
+            keys.len()
+        ),
+        keys,
         patterns: Vec::new(),
     })
 }

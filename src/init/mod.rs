@@ -171,6 +171,7 @@ pub fn format_name(f: LogFormat) -> &'static str {
         LogFormat::HfTrainerState => "hf-trainer-state",
         LogFormat::Tensorboard => "tensorboard",
         LogFormat::Mlflow => "mlflow",
+        LogFormat::Wandb => "wandb",
     }
 }
 

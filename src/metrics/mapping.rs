@@ -19,6 +19,8 @@ pub enum LogFormat {
     Tensorboard,
     /// A run directory of MLflow's file store (`mlruns/<experiment>/<run>/`).
     Mlflow,
+    /// A Weights & Biases run's datastore (`wandb/`, a run directory or its `.wandb` file).
+    Wandb,
 }
 
 /// Which key in the training's log holds which metric.

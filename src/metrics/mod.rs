@@ -18,6 +18,7 @@ pub mod tb_event;
 pub mod tensorboard;
 pub mod text;
 pub mod tfrecord;
+pub mod wandb;
 
 use crate::metrics::mapping::{LogFormat, MetricsConfig};
 use anyhow::{Context, Result};
@@ -214,7 +215,10 @@ pub fn line_parser(format: LogFormat, m: &MetricsConfig) -> Result<Option<Box<dy
         LogFormat::Jsonl => Some(Box::new(jsonl::JsonlParser::new(m))),
         LogFormat::Csv => Some(Box::new(csv::CsvParser::new(m))),
         LogFormat::Text => Some(Box::new(text::TextParser::new(m)?)),
-        LogFormat::HfTrainerState | LogFormat::Tensorboard | LogFormat::Mlflow => None,
+        LogFormat::HfTrainerState
+        | LogFormat::Tensorboard
+        | LogFormat::Mlflow
+        | LogFormat::Wandb => None,
     })
 }
 
@@ -235,6 +239,7 @@ pub fn still_holds(file: &std::fs::File, head: &[u8], before: &[u8], offset: u64
 pub enum Source {
     Events(Box<tensorboard::EventLog>),
     Mlflow(Box<mlflow::MlflowRun>),
+    Wandb(Box<wandb::WandbRun>),
 }
 
 /// Where a [`Source`]'s read stands, for a later process to go on from.
@@ -242,6 +247,7 @@ pub enum Source {
 pub enum SourcePlace {
     Events(tensorboard::EventsPlace),
     Mlflow(mlflow::MlflowPlace),
+    Wandb(wandb::WandbPlace),
 }
 
 impl Source {
@@ -250,6 +256,7 @@ impl Source {
         match self {
             Source::Events(e) => e.place().map(SourcePlace::Events),
             Source::Mlflow(m) => m.place().map(SourcePlace::Mlflow),
+            Source::Wandb(w) => w.place().map(SourcePlace::Wandb),
         }
     }
 
@@ -258,6 +265,7 @@ impl Source {
         match (self, p) {
             (Source::Events(e), SourcePlace::Events(p)) => e.resume(p),
             (Source::Mlflow(m), SourcePlace::Mlflow(p)) => m.resume(p),
+            (Source::Wandb(w), SourcePlace::Wandb(p)) => w.resume(p),
             _ => Err("the log's format changed".into()),
         }
     }
@@ -269,6 +277,7 @@ impl Source {
                 path, m,
             )))),
             LogFormat::Mlflow => Some(Source::Mlflow(Box::new(mlflow::MlflowRun::new(path, m)))),
+            LogFormat::Wandb => Some(Source::Wandb(Box::new(wandb::WandbRun::new(path, m)))),
             LogFormat::Jsonl | LogFormat::Csv | LogFormat::Text | LogFormat::HfTrainerState => None,
         }
     }
@@ -278,6 +287,7 @@ impl Source {
         match self {
             Source::Events(e) => e.poll(poll),
             Source::Mlflow(m) => m.poll(poll),
+            Source::Wandb(w) => w.poll(poll),
         }
     }
 }
