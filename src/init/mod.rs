@@ -20,6 +20,13 @@ pub struct Input<'a> {
     pub mapping: &'a Mapping,
     pub samples: &'a [Sample],
     pub garbage_total: u64,
+    /// The run's planned last step as the log declares it outside its samples (a text log's
+    /// `max_iters` / `--train-iters` line); samples carrying `total_steps` (trainer_state's
+    /// `max_steps`) are read here too.
+    pub declared_total: Option<u64>,
+    /// Files passed over while looking for the log (roger's own), with why: said in the
+    /// config's header too.
+    pub passed_over: Vec<String>,
     /// `--from-run`: words on the finished run this config takes as its baseline.
     pub baseline: Option<String>,
     /// RFC 3339 time of writing, for the header.
@@ -48,7 +55,7 @@ pub fn infer(input: &Input) -> Proposal {
         .iter()
         .filter_map(|s| Some((s.step, s.get(LR)?)))
         .collect();
-    let total = logged_total(input.samples);
+    let total = input.declared_total.or(logged_total(input.samples));
     let fit = if lr.is_empty() {
         FitOutcome::Refused("the log has no lr: no schedule to fit".into())
     } else {
@@ -99,6 +106,9 @@ pub fn infer(input: &Input) -> Proposal {
         if f.still_rising {
             summary.push("note: the lr still rises at the log's end: peak and warmup are what the log shows so far; check them against the trainer's config".into());
         }
+        if let Some(n) = unseen_warmup_note(f, input.samples) {
+            summary.push(format!("note: {n}"));
+        }
     }
     let eval_note = eval_rising(input.samples);
     summary.extend(eval_note.iter().map(|n| format!("note: {n}")));
@@ -141,23 +151,45 @@ pub fn format_name(f: LogFormat) -> &'static str {
     }
 }
 
+/// The log starts after the fitted warmup: say that warmup and peak come from the decay.
+fn unseen_warmup_note(f: &fit::Fit, samples: &[Sample]) -> Option<String> {
+    let first = samples.iter().find(|s| s.get(LR).is_some())?.step;
+    (f.warmup_unseen && first > 0).then(|| {
+        format!(
+            "the log's first lr is at step {first}, past the warmup: warmup_steps = {} and peak_lr are what the decay's shape implies (a linear decay fixes only its slope: check them against the trainer's config for the next run)",
+            f.schedule.warmup_steps
+        )
+    })
+}
+
 fn fit_words(f: &fit::Fit) -> String {
     let s = &f.schedule;
     let runner = f.runner_up.map_or(String::new(), |(k, share)| {
         format!("; next best {} {:.0}%", kind_name(k), 100.0 * share)
     });
     format!(
-        "{} fits {:.1}% of {} lr samples within 2% of peak (rms {:.2}%, worst {:.2}%){runner}; peak {:e}, warmup {}, min {:e}, total {}",
+        "{} fits {:.1}% of {} lr samples within 2% of peak (rms {:.2}%, worst {:.2e} of peak){runner}; peak {:e}, warmup {}, min {:e}, total {}{}",
         kind_name(s.kind),
         100.0 * f.share,
         f.samples,
         100.0 * f.rms,
-        100.0 * f.max_dev,
+        f.max_dev,
         s.peak_lr,
         s.warmup_steps,
         s.min_lr,
-        s.total_steps.map_or("-".into(), |t| t.to_string())
+        s.total_steps.map_or("-".into(), |t| t.to_string()),
+        s.decay_steps
+            .map_or(String::new(), |d| format!(", decay {d}"))
     )
+}
+
+/// An lr for the file: `0.0` rather than `0e0`.
+fn lr_value(x: f64) -> String {
+    if x == 0.0 {
+        "0.0".into()
+    } else {
+        format!("{x:e}")
+    }
 }
 
 /// A TOML line `key = value` with its comment aligned after it.
@@ -183,6 +215,11 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
     if let Some(b) = &input.baseline {
         o.push_str(&format!("# Baseline: {b}\n"));
     }
+    for p in &input.passed_over {
+        o.push_str(&format!(
+            "# Passed over (roger's own, never a training log): {p}\n"
+        ));
+    }
     o.push_str("# No [publish] section: `roger publish` keeps every checkpoint until you set keep_last.\n\n");
 
     o.push_str("[run]\n");
@@ -203,7 +240,14 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
     if !input.mapping.metrics.patterns.is_empty() {
         o.push_str("patterns = [\n");
         for p in &input.mapping.metrics.patterns {
-            o.push_str(&format!("  {{ regex = '{}' }},\n", p.regex));
+            let regex = toml::Value::String(p.regex.clone());
+            if p.fields.is_empty() {
+                o.push_str(&format!("  {{ regex = {regex} }},\n"));
+            } else {
+                let fields =
+                    toml::Value::Array(p.fields.iter().cloned().map(toml::Value::String).collect());
+                o.push_str(&format!("  {{ regex = {regex}, fields = {fields} }},\n"));
+            }
         }
         o.push_str("]\n");
     }
@@ -226,7 +270,9 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
         }
     }
 
-    o.push_str("# Thresholds per phase, from the quantiles of this run's own samples.\n# Not proposed: loss_slope, loss_spike, grad_norm_spike (set them once you know the run's noise).\n");
+    o.push_str("# Thresholds per phase, from this run's own samples.\n");
+    o.push_str(&format!("# The {}.\n", bands::LOSS_RULE));
+    o.push_str("# Not proposed: loss_slope, loss_spike, grad_norm_spike (set them once you know the run's noise).\n");
     for p in phases {
         o.push_str("[[phase]]\n");
         line(&mut o, "name", &format!("{:?}", p.name), "");
@@ -245,11 +291,11 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
 fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
     let s: &ScheduleConfig = &f.schedule;
     o.push_str(&format!(
-        "# Fitted to {} logged lr samples: {:.1}% within 2% of peak, rms {:.2}%, worst {:.2}% of peak.\n",
+        "# Fitted to {} logged lr samples (peak, warmup, min and total are parameters of the fit): {:.1}% within 2% of peak, rms {:.2}%, worst {:.1e} of peak.\n",
         f.samples,
         100.0 * f.share,
         100.0 * f.rms,
-        100.0 * f.max_dev
+        f.max_dev
     ));
     o.push_str("[schedule]\n");
     let runner = f.runner_up.map_or(String::new(), |(k, share)| {
@@ -259,27 +305,39 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
         o,
         "kind",
         &format!("{:?}", kind_name(s.kind)),
-        &format!("best of constant, linear, cosine, inverse-sqrt{runner}"),
+        &format!("best of constant, linear, cosine, inverse-sqrt, wsd{runner}"),
     );
     line(
         o,
         "peak_lr",
         &format!("{:e}", s.peak_lr),
-        "the highest logged lr",
+        "fitted with warmup, min and total (not the highest logged lr)",
     );
     if crate::config::needs_total(s.kind) {
         line(
             o,
             "min_lr",
-            &format!("{:e}", s.min_lr),
-            "least squares over the decay",
+            &lr_value(s.min_lr),
+            "fitted: the floor the decay ends at",
+        );
+    }
+    if let Some(d) = s.decay_steps {
+        line(
+            o,
+            "decay_steps",
+            &d.to_string(),
+            "fitted: the final decay's length",
         );
     }
     line(
         o,
         "warmup_steps",
         &s.warmup_steps.to_string(),
-        "least squares over the rising lr before the peak",
+        if f.warmup_unseen {
+            "fitted: the log starts after it, the decay's shape implies it"
+        } else {
+            "fitted: where the rising lr meets the peak"
+        },
     );
     // A text line's total (`iteration N/ M`) is a pattern group, not a key the config can
     // name, and the config check wants one or the other: write the number the log declared.
