@@ -543,7 +543,8 @@ fn init_fits_hf_runs_whose_logging_started_late_exactly() {
     let qwen = std::fs::read_to_string(real.join("hf-qwen3-8b-cpt.json")).unwrap();
     let whisper = std::fs::read_to_string(real.join("hf-whisper-5k.json")).unwrap();
     // (log, from, kind, peak, warmup when the log shows it, total)
-    let cases: &[(&str, u64, &str, f64, Option<u64>, u64)] = &[
+    type Case<'a> = (&'a str, u64, &'a str, f64, Option<u64>, u64);
+    let cases: &[Case] = &[
         (&qwen, 100, "cosine", 5e-5, Some(109), 2178),
         (&qwen, 300, "cosine", 5e-5, Some(109), 2178),
         (&qwen, 1500, "cosine", 5e-5, Some(109), 2178),

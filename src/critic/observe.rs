@@ -207,7 +207,7 @@ impl History {
     /// One lr sample into the thinned whole-run series.
     fn keep_lr(&mut self, step: u64, lr: f64) {
         let stride = self.lr_stride.max(1);
-        if self.lr_seen % stride == 0 && self.lr_run.last().is_none_or(|p| p.0 < step) {
+        if self.lr_seen.is_multiple_of(stride) && self.lr_run.last().is_none_or(|p| p.0 < step) {
             self.lr_run.push((step, lr));
         }
         self.lr_seen += 1;
@@ -548,6 +548,52 @@ pub(crate) mod tests {
         assert_eq!(spike.diverged_at, Some(50));
         let back: Observation = serde_json::from_value(serde_json::to_value(&o).unwrap()).unwrap();
         assert_eq!(crate::critic::judge(&back), v);
+    }
+
+    /// Issue 29 point 5: the whole run's lr is kept (thinned), forgotten past a resume, and
+    /// offered to the lr check only once the run is finished, where the schedule is
+    /// distinguishable.
+    #[test]
+    fn a_finished_run_offers_its_earlier_lr_where_the_schedule_shows() {
+        let c = Config::parse(
+            "[run]\nname = \"t\"\n[schedule]\nkind = \"linear\"\npeak_lr = 1e-3\ntotal_steps = 3000\ntolerance = 0.02\n[[phase]]\nname = \"a\"\nfrom = 0\nwindow = 10\n",
+            std::path::Path::new("/x/roger.toml"),
+        )
+        .unwrap();
+        let lr = |step: u64| 1e-3 * (3000 - step.min(3000)) as f64 / 3000.0;
+        let mut h = History::new(&c);
+        for i in 0..2000u64 {
+            let mut x = s(i, 3.0, i as f64);
+            x.values.insert("lr".into(), lr(i));
+            h.push(x);
+        }
+        assert!(h.lr_run.len() <= LR_KEPT, "{}", h.lr_run.len());
+        assert!(h.lr_stride > 1);
+        assert!(observe(&h, &c, 1e4, None).run_lr.is_empty(), "not finished");
+        // A resume from step 1500 forgets the abandoned lr.
+        let mut x = s(1500, 3.0, 3000.0);
+        x.values.insert("lr".into(), lr(1500));
+        h.push(x);
+        assert!(
+            h.lr_run.iter().all(|p| p.0 <= 1500),
+            "{:?}",
+            h.lr_run.last()
+        );
+        for i in 1501..=3000u64 {
+            let mut x = s(i, 3.0, 3000.0 + i as f64);
+            x.values.insert("lr".into(), lr(i));
+            h.push(x);
+        }
+        let o = observe(&h, &c, 1e4, None);
+        assert!(!o.run_lr.is_empty() && o.run_lr.len() <= RUN_LR_JUDGED);
+        let first = o.window[0].step;
+        for (step, v) in &o.run_lr {
+            assert!(*step < first, "{step}");
+            // Only where the schedule prescribes more than 2 x tolerance x peak.
+            assert!(lr(*step) > 2.0 * 0.02 * 1e-3, "{step}: {}", v.0);
+        }
+        let back: Observation = serde_json::from_value(serde_json::to_value(&o).unwrap()).unwrap();
+        assert_eq!(back.run_lr, o.run_lr);
     }
 
     #[test]

