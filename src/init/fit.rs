@@ -860,6 +860,32 @@ mod tests {
         }
     }
 
+    /// Issue 29: an llm.c run (lr printed to 6 decimals, no total in the log) got a round
+    /// total short of the last step its log reached, and the critic said the run had reached
+    /// total_steps. A fitted total is rounded only where the curve allows it, and never below
+    /// the log's last step.
+    #[test]
+    fn a_fitted_total_is_never_rounded_short_of_the_log() {
+        let t = ScheduleConfig {
+            kind: ScheduleKind::Cosine,
+            peak_lr: 6e-4,
+            warmup_steps: 700,
+            total_steps: Some(19560),
+            ..Default::default()
+        };
+        let printed = |x: f64| (x * 1e6).round() / 1e6;
+        let pts: Vec<(u64, f64)> = (0..=1956u64)
+            .map(|i| (i * 10, printed(schedule::expected(&t, i * 10))))
+            .collect();
+        let FitOutcome::Fitted(f) = fit(&pts, None) else {
+            panic!()
+        };
+        let total = f.schedule.total_steps.unwrap();
+        assert!((19560..=19600).contains(&total), "{:?}", f.schedule);
+        assert_eq!(f.schedule.kind, ScheduleKind::Cosine);
+        assert_eq!(f.schedule.warmup_steps, 700, "{:?}", f.schedule);
+    }
+
     #[test]
     fn wsd_and_inverse_sqrt_are_fitted_too() {
         let wsd = ScheduleConfig {
