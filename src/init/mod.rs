@@ -378,3 +378,77 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
     );
     o.push('\n');
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A total the log declares outside its samples (a text log's `max_iters` line) is used
+    /// as is, not fitted: the fit takes it as a fixed parameter and the file says where it
+    /// came from.
+    #[test]
+    fn a_declared_total_is_used_not_fitted() {
+        let truth = ScheduleConfig {
+            kind: crate::config::ScheduleKind::Cosine,
+            peak_lr: 6e-4,
+            warmup_steps: 100,
+            total_steps: Some(5000),
+            ..Default::default()
+        };
+        // Logged to step 2000 only: the total is far from what 2000 steps alone would say.
+        let samples: Vec<Sample> = (1..=200u64)
+            .map(|i| Sample {
+                step: i * 10,
+                time: None,
+                values: BTreeMap::from([
+                    (LR.to_string(), crate::schedule::expected(&truth, i * 10)),
+                    ("loss".to_string(), 3.0),
+                ]),
+            })
+            .collect();
+        let detected = Detected {
+            format: LogFormat::Text,
+            why: "test".into(),
+            keys: Vec::new(),
+            patterns: Vec::new(),
+        };
+        let mapping = Mapping {
+            metrics: Default::default(),
+            chosen: Vec::new(),
+            notes: Vec::new(),
+        };
+        let input = |declared: Option<u64>| Input {
+            name: "t".into(),
+            log: "train.log".into(),
+            detected: &detected,
+            mapping: &mapping,
+            samples: &samples,
+            garbage_total: 0,
+            declared_total: declared,
+            passed_over: vec!["./roger-ledger.jsonl (a roger ledger)".into()],
+            baseline: None,
+            written_at: "now".into(),
+        };
+        let p = infer(&input(Some(5000)));
+        assert!(
+            p.text.contains("total_steps = 5000") && p.text.contains("# the log declares it"),
+            "{}",
+            p.text
+        );
+        assert!(p.text.contains("warmup_steps = 100"), "{}", p.text);
+        assert!(
+            p.text.contains(
+                "# Passed over (roger's own, never a training log): ./roger-ledger.jsonl"
+            ),
+            "{}",
+            p.text
+        );
+        let fitted = infer(&input(None));
+        assert!(
+            fitted.text.contains("# fitted: where the decay ends"),
+            "{}",
+            fitted.text
+        );
+    }
+}
