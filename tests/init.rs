@@ -492,3 +492,492 @@ fn init_counts_a_text_logs_lines_over_the_whole_file() {
     let cfg = env.read("roger.toml");
     assert!(cfg.contains(&want), "{cfg}");
 }
+
+/// A trainer_state.json whose `log_history` starts at `from` (logging switched on late, or
+/// an older part of the history dropped), the rest byte-for-byte the real run's numbers.
+fn logged_from(state: &str, from: u64) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(state).unwrap();
+    let h = v["log_history"].as_array_mut().unwrap();
+    h.retain(|e| e["step"].as_u64().is_some_and(|s| s >= from));
+    serde_json::to_string_pretty(&v).unwrap()
+}
+
+/// The number after `key` in init's schedule summary line (`peak 5e-5, warmup 109, ...`).
+fn summary_number(stderr: &str, key: &str) -> f64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("init: schedule:"))
+        .unwrap_or_else(|| panic!("no schedule line: {stderr}"));
+    // The first `key` followed by a number (`of peak (rms` is words).
+    line.match_indices(&format!("{key} "))
+        .find_map(|(at, m)| {
+            let rest = &line[at + m.len()..];
+            let end = rest.find([',', ';', ' ', ')']).unwrap_or(rest.len());
+            rest[..end].parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no number after {key} in {line}"))
+}
+
+/// The check `name` of a `critic --once --json` answer.
+fn check(stdout: &str, name: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {name} check: {v}"))
+}
+
+/// Issue 29: two HF runs with an exact cosine and an exact linear schedule, logged from late
+/// in the warmup or after it, got "no schedule kind fits" (the highest logged lr taken as
+/// the peak, warmup 0 once the first lr was half of it). Peak and warmup are parameters of
+/// the fit now: the schedule comes back as declared, the worst sample off by ~0, the run
+/// passes and the same run with its lr doubled fails. The top-level
+/// `num_input_tokens_seen: 0` is no tokens series, and the loss band (the loss stays within
+/// a few % of 2.0) is narrow enough that a halved loss fails.
+#[test]
+fn init_fits_hf_runs_whose_logging_started_late_exactly() {
+    let real = repo_root().join("tests/fixtures/real");
+    let qwen = std::fs::read_to_string(real.join("hf-qwen3-8b-cpt.json")).unwrap();
+    let whisper = std::fs::read_to_string(real.join("hf-whisper-5k.json")).unwrap();
+    // (log, from, kind, peak, warmup when the log shows it, total)
+    type Case<'a> = (&'a str, u64, &'a str, f64, Option<u64>, u64);
+    let cases: &[Case] = &[
+        (&qwen, 100, "cosine", 5e-5, Some(109), 2178),
+        (&qwen, 300, "cosine", 5e-5, Some(109), 2178),
+        (&qwen, 1500, "cosine", 5e-5, Some(109), 2178),
+        (&whisper, 400, "linear", 1e-5, Some(500), 5000),
+        // After the warmup a linear decay shows only its slope: the curve is exact.
+        (&whisper, 1000, "linear", 1e-5, None, 5000),
+    ];
+    for &(state, from, kind, peak, warmup, total) in cases {
+        let env = Env::new();
+        env.write("trainer_state.json", logged_from(state, from));
+        let init = env.run(&["init", "--log", "trainer_state.json"]).expect(0);
+        let err = init.stderr();
+        let cfg = env.read("roger.toml");
+        let what = format!("{kind} from step {from}\n{}", init.report());
+        assert!(cfg.contains(&format!("kind = \"{kind}\"")), "{what}");
+        assert_eq!(summary_number(&err, "total"), total as f64, "{what}");
+        if let Some(w) = warmup {
+            assert_eq!(summary_number(&err, "peak"), peak, "{what}");
+            assert_eq!(summary_number(&err, "warmup"), w as f64, "{what}");
+        }
+        let worst = summary_number(&err, "worst");
+        assert!(worst < 1e-5, "worst sample {worst:e} of peak: {what}");
+        assert!(
+            !cfg.contains("tokens = "),
+            "a top-level scalar as a series: {cfg}"
+        );
+        env.run(&["critic", "--once", "--json"])
+            .expect(if std::ptr::eq(state, &*whisper) { 1 } else { 0 });
+        env.write(
+            "doubled.json",
+            doubled(&logged_from(state, from), Lr::Json("learning_rate")),
+        );
+        let bad = env.run(&["critic", "--once", "--json", "--log", "doubled.json"]);
+        assert_eq!(
+            check(&bad.stdout(), "lr")["status"],
+            "fail",
+            "{what}\n{}",
+            bad.report()
+        );
+    }
+    // The loss band from the run's own noise: the qwen loss stays near 2.0, so a halving
+    // (from step 1000 on) fails while the run passes.
+    let env = Env::new();
+    env.write("trainer_state.json", logged_from(&qwen, 300));
+    env.run(&["init", "--log", "trainer_state.json"]).expect(0);
+    let cfg = env.read("roger.toml");
+    assert!(cfg.contains("loss band from this run's own noise"), "{cfg}");
+    let mut v: serde_json::Value = serde_json::from_str(&logged_from(&qwen, 300)).unwrap();
+    for e in v["log_history"].as_array_mut().unwrap() {
+        if e["step"].as_u64().is_some_and(|s| s >= 1000) {
+            if let Some(l) = e.get("loss").and_then(|l| l.as_f64()) {
+                e["loss"] = serde_json::json!(l / 2.0);
+            }
+        }
+    }
+    env.write("halved.json", serde_json::to_string_pretty(&v).unwrap());
+    let bad = env.run(&["critic", "--once", "--json", "--log", "halved.json"]);
+    assert_eq!(
+        check(&bad.stdout(), "loss")["status"],
+        "fail",
+        "{cfg}\n{}",
+        bad.report()
+    );
+}
+
+/// Issue 29 point 5: on a finished run with lr doubled throughout, the lr check looked at the
+/// window's last samples only, where the decayed lr is ~0 and 2 x ~0 is within tolerance,
+/// and passed. The engineer's config for the real qwen run (tolerance 0.02, a 20-sample
+/// window) now fails it, still fails a mid-run cut, and passes the healthy run.
+#[test]
+fn a_finished_run_with_its_lr_doubled_fails_the_lr_check() {
+    let real = repo_root().join("tests/fixtures/real");
+    let state = std::fs::read_to_string(real.join("hf-qwen3-8b-cpt.json")).unwrap();
+    let cfg = std::fs::read_to_string(real.join("hf-qwen3-8b-cpt.toml"))
+        .unwrap()
+        .replace("window = 50", "window = 20");
+    let env = Env::new();
+    env.write("roger.toml", &cfg);
+    env.write("hf-qwen3-8b-cpt.json", &state);
+    let ok = env.run(&["critic", "--once", "--json"]).expect(0);
+    let lr = check(&ok.stdout(), "lr");
+    assert!(
+        lr["reason"]
+            .as_str()
+            .unwrap()
+            .contains("from earlier in the finished run"),
+        "{lr}"
+    );
+    env.write("doubled.json", doubled(&state, Lr::Json("learning_rate")));
+    let bad = env
+        .run(&["critic", "--once", "--json", "--log", "doubled.json"])
+        .expect(2);
+    let lr = check(&bad.stdout(), "lr");
+    assert_eq!(lr["status"], "fail", "{}", bad.report());
+    assert!(
+        lr["reason"].as_str().unwrap().contains("distinguishable"),
+        "{lr}"
+    );
+    // Cut mid-run (step 1000 of 2178): the window itself shows it.
+    let mut v: serde_json::Value =
+        serde_json::from_str(&doubled(&state, Lr::Json("learning_rate"))).unwrap();
+    v["log_history"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|e| e["step"].as_u64().is_some_and(|s| s <= 1000));
+    v["global_step"] = serde_json::json!(1000);
+    env.write("cut.json", serde_json::to_string_pretty(&v).unwrap());
+    let cut = env
+        .run(&["critic", "--once", "--json", "--log", "cut.json"])
+        .expect(2);
+    assert_eq!(
+        check(&cut.stdout(), "lr")["status"],
+        "fail",
+        "{}",
+        cut.report()
+    );
+}
+
+/// Issue 29: `init --format text` on a shape roger does not know dead-ended in "format =
+/// text needs [metrics] patterns". `--pattern` (repeatable, named groups) gives them, and
+/// `--config FILE` takes them (and the format) from an existing config.
+#[test]
+fn init_reads_an_unknown_text_shape_with_patterns_or_a_config() {
+    let env = Env::new();
+    let mut log = String::new();
+    for step in 0..=300u64 {
+        let lr = if step < 30 {
+            3e-4 * step as f64 / 30.0
+        } else {
+            3e-4
+        };
+        let loss = 4.0 - step as f64 * 0.003 + 0.01 * ((step * 7919) % 13) as f64 / 13.0;
+        log.push_str(&format!(
+            "[rank0] it={step} | L={loss:.4} | LR={lr:.6e} | ok\n"
+        ));
+        if step % 100 == 0 {
+            log.push_str(&format!("[rank0] eval it={step} | EL={:.4}\n", loss + 0.1));
+        }
+    }
+    env.write("run.out", &log);
+    env.run(&["init", "--log", "run.out"])
+        .expect(1)
+        .stderr_has("pass --pattern REGEX");
+    env.run(&["init", "--log", "run.out", "--format", "text"])
+        .expect(1)
+        .stderr_has("--pattern REGEX");
+    env.run(&["init", "--log", "run.out", "--pattern", r"it=(\d+)"])
+        .expect(1)
+        .stderr_has("--pattern #1")
+        .stderr_has("(?P<step>");
+    let train = r"\] it=(?P<step>\d+) \| L=(?P<loss>[\d.]+) \| LR=(?P<lr>[\d.e+-]+)";
+    let eval = r"eval it=(?P<step>\d+) \| EL=(?P<eval_loss>[\d.]+)";
+    let init = env
+        .run(&[
+            "init",
+            "--log",
+            "run.out",
+            "--pattern",
+            train,
+            "--pattern",
+            eval,
+        ])
+        .expect(0);
+    let cfg = env.read("roger.toml");
+    assert!(cfg.contains("format = \"text\""), "{cfg}");
+    assert!(cfg.contains("(?P<eval_loss>"), "{cfg}");
+    assert!(
+        init.stderr().contains("read 305 samples"),
+        "{}",
+        init.report()
+    );
+    assert!(
+        cfg.contains("kind = \"constant\""),
+        "{cfg}\n{}",
+        init.report()
+    );
+    assert!(cfg.contains("warmup_steps = 30"), "{cfg}");
+    env.run(&["critic", "--once"]).expect(0);
+    // The same mapping from that config, for the next run's log.
+    env.write("next/run.out", &log);
+    let from_cfg = env
+        .run(&[
+            "--config",
+            "roger.toml",
+            "init",
+            "--log",
+            "next/run.out",
+            "--out",
+            "next/roger.toml",
+        ])
+        .expect(0);
+    from_cfg.stderr_has("key mapping from roger.toml");
+    let next = env.read("next/roger.toml");
+    assert!(next.contains("(?P<eval_loss>"), "{next}");
+    assert!(next.contains("kind = \"constant\""), "{next}");
+}
+
+/// Issue 29: `--from-run LEDGER` required the config to be roger.toml beside the ledger.
+/// The verdicts record the config's path (and hash): found through them, and a config that
+/// moved or changed since is refused with what happened.
+#[test]
+fn init_from_run_finds_the_config_through_the_ledger() {
+    let env = Env::new();
+    let log = std::fs::read(
+        repo_root().join("tests/fixtures/real/text-megatron-deepspeed-qwen7b-500.txt"),
+    );
+    env.write("runs/a/train.log", log.unwrap());
+    env.write("configs/README", "the runs' configs\n");
+    env.run(&[
+        "init",
+        "--log",
+        "runs/a/train.log",
+        "--out",
+        "configs/a.toml",
+    ])
+    .expect(0);
+    // The ledger elsewhere than the config (the config names it).
+    let cfg = env.read("configs/a.toml");
+    env.write(
+        "configs/a.toml",
+        cfg.replace("[run]\n", "[run]\nledger = \"../ledgers/a.jsonl\"\n"),
+    );
+    env.run(&["--config", "configs/a.toml", "critic", "--once"])
+        .expect(0);
+    let ledger = env.read("ledgers/a.jsonl");
+    assert!(ledger.contains("\"config_path\""), "{ledger}");
+    let next = env
+        .run(&["init", "--from-run", "ledgers/a.jsonl", "--out", "b.toml"])
+        .expect(0);
+    let b = env.read("b.toml");
+    assert!(b.contains("configs/a.toml"), "{b}\n{}", next.report());
+    assert!(b.contains("last verdict #1 pass"), "{b}");
+    // Changed since the verdict: not that run's config.
+    env.write(
+        "configs/a.toml",
+        env.read("configs/a.toml")
+            .replace("window = 20", "window = 21"),
+    );
+    env.run(&["init", "--from-run", "ledgers/a.jsonl", "--out", "c.toml"])
+        .expect(1)
+        .stderr_has("has changed since the run was judged");
+    // Moved away.
+    std::fs::rename(env.path("configs/a.toml"), env.path("a-moved.toml")).unwrap();
+    env.run(&["init", "--from-run", "ledgers/a.jsonl", "--out", "c.toml"])
+        .expect(1)
+        .stderr_has("is not there: moved or deleted?");
+}
+
+/// Issue 29: init --log DIR must never pick a file roger wrote, and say (and write into the
+/// config's header) what it passed over: the notification outbox and publish's `.roger-*`
+/// folders too.
+#[test]
+fn init_lists_every_file_of_rogers_it_passed_over() {
+    let env = Env::new();
+    let log = std::fs::read(repo_root().join("tests/fixtures/real/text-llmc-gpt2-124m.txt"));
+    env.write("train.log", log.unwrap());
+    env.write(
+        "roger-outbox.jsonl",
+        "{\"op\":\"queued\",\"key\":\"k\",\"channel\":\"slack\",\"at\":\"2026-01-01T00:00:00Z\",\"payload\":{}}\n",
+    );
+    env.write(
+        "sent.jsonl",
+        "{\"op\":\"sent\",\"key\":\"k\",\"attempt\":1,\"at\":\"2026-01-01T00:00:01Z\"}\n",
+    );
+    env.write(
+        ".roger-staging-100/metrics.jsonl",
+        "{\"step\": 1, \"loss\": 2.0}\n",
+    );
+    env.write(".roger-publish-intent.json", "{}\n");
+    let out = env
+        .run(&["init", "--log", ".", "--out", "r.toml"])
+        .expect(0);
+    out.stderr_has("train.log (the newest log in .)")
+        .stderr_has("passed over ./roger-outbox.jsonl (roger's notification outbox)")
+        .stderr_has("passed over ./sent.jsonl (roger's notification outbox: its first line is an outbox entry)")
+        .stderr_has("passed over ./.roger-staging-100 (roger's publish folder)");
+    let cfg = env.read("r.toml");
+    assert!(
+        cfg.contains("# Passed over (roger's own, never a training log): ./roger-outbox.jsonl"),
+        "{cfg}"
+    );
+}
+
+/// The log with its lr doubled, `spec` as in init.expect.toml (`json:KEY`, `csv:COL`,
+/// `text:TAG`), written as the trainer would (a number printed in E notation stays so).
+fn double_lr(text: &str, spec: &str) -> String {
+    let (kind, key) = spec.split_once(':').unwrap();
+    match kind {
+        "json" => doubled(text, Lr::Json(Box::leak(key.to_string().into_boxed_str()))),
+        "csv" => doubled(text, Lr::Csv(Box::leak(key.to_string().into_boxed_str()))),
+        "text" => text
+            .lines()
+            .map(|l| match l.find(key) {
+                Some(at) => {
+                    let start = at + key.len();
+                    let end = l[start..]
+                        .find([' ', '|', ','])
+                        .map_or(l.len(), |e| start + e);
+                    match l[start..end].parse::<f64>() {
+                        Ok(x) if l[start..end].contains(['E', 'e']) => {
+                            format!("{}{:.3E}{}", &l[..start], x * 2.0, &l[end..])
+                        }
+                        Ok(x) => format!("{}{:.6}{}", &l[..start], x * 2.0, &l[end..]),
+                        Err(_) => l.to_string(),
+                    }
+                }
+                None => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => panic!("lr spec {other}"),
+    }
+}
+
+/// The first `share` of the run: its first lines (a CSV keeps its header; a text log, up to
+/// the `share` of its lines holding `tag`, past a launch preamble), or the first entries of
+/// a trainer_state's history.
+fn cut(text: &str, share: f64, tag: Option<&str>) -> String {
+    if text.trim_start().starts_with('{') && text.contains("\"log_history\"") {
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        let h = v["log_history"].as_array_mut().unwrap();
+        let keep = (h.len() as f64 * share) as usize;
+        h.truncate(keep);
+        let last = h.iter().rev().find_map(|e| e["step"].as_u64()).unwrap_or(0);
+        v["global_step"] = serde_json::json!(last);
+        return serde_json::to_string_pretty(&v).unwrap();
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let keep = match tag {
+        Some(t) => {
+            let at: Vec<usize> = (0..lines.len()).filter(|&i| lines[i].contains(t)).collect();
+            at[(at.len() as f64 * share) as usize] + 1
+        }
+        None => ((lines.len() as f64 * share) as usize).max(2),
+    };
+    lines[..keep].join("\n") + "\n"
+}
+
+/// Issue 29's corpus test: `init` on every log of tests/fixtures/real against what its
+/// source states (init.expect.toml): the format detected; the schedule's kind, peak, warmup,
+/// total and floor; the healthy run passes with the config init wrote; and the run with its
+/// lr doubled, cut mid-run, fails the lr check.
+#[test]
+fn init_on_the_real_corpus() {
+    let dir = repo_root().join("tests/fixtures/real");
+    let table: toml::Table =
+        toml::from_str(&std::fs::read_to_string(dir.join("init.expect.toml")).unwrap()).unwrap();
+    let mut logs: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".toml") && !n.ends_with(".md"))
+        .collect();
+    logs.sort();
+    let mut missing = Vec::new();
+    for name in &logs {
+        let Some(want) = table.get(name).and_then(|w| w.as_table()) else {
+            missing.push(name.clone());
+            continue;
+        };
+        let s = |k: &str| want.get(k).and_then(|v| v.as_str());
+        let f = |k: &str| {
+            want.get(k)
+                .and_then(|v| v.as_float().or(v.as_integer().map(|i| i as f64)))
+        };
+        let env = Env::new();
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        env.write(name, &bytes);
+        let init = env.run(&["init", "--log", name]).expect(0);
+        let err = init.stderr();
+        let cfg = env.read("roger.toml");
+        let what = format!("{name}\n{}", init.report());
+        let format = s("format").expect("format");
+        assert!(
+            cfg.contains(&format!("format = \"{format}\"")),
+            "format: {what}"
+        );
+        let fits = want.get("fit").and_then(|v| v.as_bool()).unwrap_or(true);
+        if let Some(kind) = s("kind") {
+            assert!(cfg.contains(&format!("kind = \"{kind}\"")), "kind: {what}");
+            let within = f("within").unwrap_or(0.0);
+            for (key, said) in [
+                ("peak_lr", "peak"),
+                ("warmup_steps", "warmup"),
+                ("total_steps", "total"),
+                ("min_lr", "min"),
+            ] {
+                let Some(truth) = f(key) else { continue };
+                let got = summary_number(&err, said);
+                let off = (got - truth).abs() / truth.abs().max(f64::MIN_POSITIVE);
+                assert!(
+                    got == truth || off <= within,
+                    "{key}: init {got}, the source {truth} (within {within}): {what}"
+                );
+            }
+        } else if s("lr").is_none() {
+            assert!(cfg.contains("# [schedule] not proposed"), "{what}");
+        } else if !fits {
+            assert!(
+                cfg.contains("\n[schedule]"),
+                "a fit of what the log shows: {what}"
+            );
+        }
+        let healthy = env.run(&["critic", "--once", "--json"]);
+        if want.get("passes").and_then(|v| v.as_bool()) == Some(true) {
+            assert_eq!(
+                healthy.code(),
+                0,
+                "the healthy run: {what}\n{}",
+                healthy.report()
+            );
+        } else {
+            assert!(s("why").is_some(), "{name}: say why it does not pass");
+        }
+        let Some(spec) = s("lr") else { continue };
+        let text = String::from_utf8_lossy(&bytes);
+        let tag = spec.strip_prefix("text:");
+        env.write("doubled-cut", double_lr(&cut(&text, 0.6, tag), spec));
+        let bad = env.run(&["critic", "--once", "--json", "--log", "doubled-cut"]);
+        let v: serde_json::Value = serde_json::from_str(bad.stdout().trim()).unwrap();
+        let lr = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "lr");
+        assert_eq!(
+            lr.map(|c| c["status"].clone()),
+            Some("fail".into()),
+            "lr doubled, cut mid-run: {what}\n{}",
+            bad.report()
+        );
+    }
+    assert!(
+        missing.is_empty(),
+        "logs without expected values in tests/fixtures/real/init.expect.toml (write what their source states): {missing:?}"
+    );
+}

@@ -200,7 +200,10 @@ pub fn run(global: &Global, args: CriticArgs) -> Result<u8> {
         return Ok(code);
     }
     super::critic_run::mark_flapping(&mut tick.verdict, &ledger, &cfg);
-    let rec = ledger.append(tick.verdict.entry(&cfg.run.name, &tick.obs), clock.now())?;
+    let rec = ledger.append(
+        tick.verdict.entry_from(&cfg.run.name, &tick.obs, &cfg.path),
+        clock.now(),
+    )?;
     let filed = crate::critic::summary::ledger_identity(ledger.path()).map(|identity| {
         crate::critic::summary::Filed::new(rec.seq, rec.ts, &tick.verdict, identity)
     });

@@ -243,8 +243,11 @@ pub fn daemon(
                     .is_none_or(|l| tick.new_samples > 0 || !tick.verdict.same_statuses(l));
                 let mut seq = None;
                 if changed || opts.heartbeat {
-                    let rec =
-                        ledger.append(tick.verdict.entry(&runner.cfg.run.name, &tick.obs), now)?;
+                    let rec = ledger.append(
+                        tick.verdict
+                            .entry_from(&runner.cfg.run.name, &tick.obs, &runner.cfg.path),
+                        now,
+                    )?;
                     seq = Some(rec.seq);
                     last = Some(tick.verdict.clone());
                 }

@@ -25,13 +25,15 @@ Examples:
   roger init --log wandb/                      # the newest Weights & Biases run (latest-run)
   roger init --from-run ../last-run/roger-ledger.jsonl --out next/roger.toml
   roger init --log train.log --out -           # print instead of writing
+  roger init --log train.log --pattern 'it (?P<step>\\d+) loss (?P<loss>[\\d.]+) lr (?P<lr>[\\d.e-]+)'
+  roger init --log train.log --config ../old-run/roger.toml   # the key mapping of another config
 
 Then: roger check (validate), roger critic --once (judge the run now), roger status.")]
 pub struct InitArgs {
     /// The run's metrics log, or a directory holding one (trainer_state.json, metrics.csv,
     /// *.jsonl, *.log, a TensorBoard log directory or event file, an MLflow run directory,
     /// a W&B `wandb/` directory, run directory or `.wandb` file).
-    #[arg(long, value_name = "FILE|DIR", required_unless_present = "from_run")]
+    #[arg(long, value_name = "FILE|DIR")]
     pub log: Option<PathBuf>,
 
     /// A finished good run to take as the next run's baseline: its ledger (its roger.toml
@@ -56,9 +58,18 @@ pub struct InitArgs {
     /// tensorboard, mlflow or wandb.
     #[arg(long, value_name = "FORMAT", value_parser = super::hygiene::parse_format)]
     pub format: Option<LogFormat>,
+
+    /// A line pattern for a text log of a shape roger does not know (repeatable): a regex
+    /// with named groups for the metrics, `(?P<step>\d+)` required, and any of loss, lr,
+    /// grad_norm, tokens_per_s, vram, eval_loss, total_steps, time. Implies --format text.
+    /// (With roger's `--config FILE`: init takes the log's format and key mapping, [run]
+    /// format and [metrics], from that config, e.g. the last run's; its [run] log is the
+    /// log unless --log names one.)
+    #[arg(long, value_name = "REGEX", conflicts_with = "from_run")]
+    pub pattern: Vec<String>,
 }
 
-pub fn run(_global: &Global, a: InitArgs) -> Result<u8> {
+pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
     let to_stdout = a.out.as_os_str() == "-";
     if !to_stdout && a.out.exists() && !a.force {
         bail!(
@@ -66,17 +77,53 @@ pub fn run(_global: &Global, a: InitArgs) -> Result<u8> {
             a.out.display()
         );
     }
-    let (log, previous, baseline) = match (&a.log, &a.from_run) {
-        (Some(l), _) => (find_log(l)?, None, None),
-        (None, Some(r)) => from_run(r)?,
-        (None, None) => bail!("pass --log FILE|DIR or --from-run LEDGER|LOG"),
+    let mut passed_over = Vec::new();
+    if global.config.is_some() && a.from_run.is_some() {
+        bail!("--config and --from-run both name the mapping to take: pass one");
+    }
+    if global.config.is_some() && !a.pattern.is_empty() {
+        bail!("--config and --pattern both give the key mapping: pass one");
+    }
+    let (log, previous, baseline) = match (&a.log, &a.from_run, &global.config) {
+        (_, None, Some(c)) => {
+            let cfg = Config::load(c).with_context(|| {
+                format!("--config {}: the config whose mapping init takes", c.display())
+            })?;
+            let log = match (&a.log, &cfg.run.log) {
+                (Some(l), _) => find_log(l, &mut passed_over)?,
+                (None, Some(l)) => l.clone(),
+                (None, None) => bail!(
+                    "--config {}: [run] names no log; pass --log FILE",
+                    c.display()
+                ),
+            };
+            (log, Some(cfg), None)
+        }
+        (Some(l), _, _) => (find_log(l, &mut passed_over)?, None, None),
+        (None, Some(r), _) => from_run(r, &mut passed_over)?,
+        (None, None, None) => bail!(
+            "pass --log FILE|DIR, --from-run LEDGER|LOG, or --config FILE (a config whose [run] log and [metrics] to take)"
+        ),
     };
+    let patterns = user_patterns(&a.pattern)?;
+    if !patterns.is_empty() && a.format.is_some_and(|f| f != LogFormat::Text) {
+        bail!(
+            "--pattern reads a text log; it cannot go with --format {}",
+            init::format_name(a.format.expect("checked"))
+        );
+    }
     let mut detected = match (a.format, &previous) {
         (_, Some(cfg)) => detect::Detected {
             format: cfg.run.format,
             why: format!("from {}", cfg.path.display()),
             keys: Vec::new(),
             patterns: cfg.metrics.patterns.clone(),
+        },
+        _ if !patterns.is_empty() => detect::Detected {
+            format: LogFormat::Text,
+            why: format!("--pattern ({} given)", patterns.len()),
+            keys: Vec::new(),
+            patterns: patterns.clone(),
         },
         (Some(f), None) => detect_log(&log)?
             .filter(|d| d.format == f)
@@ -88,16 +135,25 @@ pub fn run(_global: &Global, a: InitArgs) -> Result<u8> {
             }),
         (None, None) => detect_log(&log)?.with_context(|| {
             format!(
-                "{}: cannot tell the log's format: not JSON lines, not CSV with a header, not trainer_state.json, not TensorBoard events, and no known text line shape (llm.c, nanoGPT, modded-nanogpt, AlgoPerf, Megatron-LM / Megatron-DeepSpeed / NeMo, torchtitan); pass --format and write [metrics] patterns yourself",
+                "{}: cannot tell the log's format: not JSON lines, not CSV with a header, not trainer_state.json, not TensorBoard events, and no known text line shape (llm.c, nanoGPT, modded-nanogpt, AlgoPerf, Megatron-LM / Megatron-DeepSpeed / NeMo, torchtitan); pass --pattern REGEX (named groups: step, loss, lr, ...) or --config FILE with [metrics] patterns",
                 log.display()
             )
         })?,
     };
     if let Some(f) = a.format {
-        detected.format = f;
+        if previous.is_none() {
+            detected.format = f;
+        }
+    }
+    if detected.format == LogFormat::Text && detected.patterns.is_empty() {
+        bail!(
+            "{}: --format text, but its lines match no shape roger knows: pass --pattern REGEX (repeatable; named groups (?P<step>\\d+) and any of loss, lr, grad_norm, ...) or --config FILE whose [metrics] patterns read it",
+            log.display()
+        );
     }
     let mapping = match &previous {
         Some(cfg) => previous_mapping(cfg),
+        None if !patterns.is_empty() => pattern_mapping(&patterns),
         None => detect::map_keys(&detected),
     };
     let bar = crate::progress::reading(&log, "reading");
@@ -135,6 +191,10 @@ pub fn run(_global: &Global, a: InitArgs) -> Result<u8> {
         mapping: &mapping,
         samples: &read.samples,
         garbage_total: read.garbage_total,
+        // trainer_state's max_steps and a text line's `N/ M` ride on the samples; a total a
+        // log states elsewhere (a header line) comes with its detected shape.
+        declared_total: None,
+        passed_over,
         baseline,
         written_at: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
     };
@@ -228,7 +288,7 @@ fn detect_log(log: &Path) -> Result<Option<detect::Detected>> {
 /// `--log DIR`: the directory itself when it is a log (TensorBoard event files, an MLflow
 /// run), else the newest log there (or one level down): a file that looks like a metrics
 /// log, or a directory that is one.
-fn find_log(path: &Path) -> Result<PathBuf> {
+fn find_log(path: &Path, passed: &mut Vec<String>) -> Result<PathBuf> {
     if !path.is_dir() {
         if !path.exists() {
             bail!("{}: no such file", path.display());
@@ -281,6 +341,7 @@ fn find_log(path: &Path) -> Result<PathBuf> {
     passed_over.sort();
     for (p, why) in &passed_over {
         crate::noteln!("roger: init: passed over {} ({why})", p.display());
+        passed.push(format!("{} ({why})", p.display()));
     }
     found.sort();
     match found.pop() {
@@ -304,8 +365,16 @@ fn rogers_own(p: &Path) -> Option<&'static str> {
             ".roger" => Some("roger's evidence and quarantine folder"),
             ".roger-upload" => Some("roger's upload queue"),
             ".roger-queue" => Some("roger's publish queue"),
+            // Staging, previous and rejected checkpoints of `roger publish`.
+            n if n.starts_with(".roger") => Some("roger's publish folder"),
             _ => None,
         };
+    }
+    if name.starts_with(".roger") {
+        return Some("roger's own file");
+    }
+    if name == crate::notify::outbox::FILE {
+        return Some("roger's notification outbox");
     }
     if name == crate::ledger::DEFAULT_FILE || name.ends_with(".ledger.jsonl") {
         return Some("a roger ledger");
@@ -319,61 +388,71 @@ fn rogers_own(p: &Path) -> Option<&'static str> {
     if name == "roger-report.html" {
         return Some("roger's report");
     }
-    if name.ends_with(".jsonl") && starts_with_ledger_record(p) {
-        return Some("a roger ledger: its first line is a ledger record");
+    if name.ends_with(".jsonl") {
+        match first_record(p) {
+            Some(Written::Ledger) => {
+                return Some("a roger ledger: its first line is a ledger record")
+            }
+            Some(Written::Outbox) => {
+                return Some("roger's notification outbox: its first line is an outbox entry")
+            }
+            None => {}
+        }
     }
     None
 }
 
-/// Whether the file's first line is a JSON object with a ledger record's `seq`, `kind`,
-/// `prev` and `hash`.
-fn starts_with_ledger_record(p: &Path) -> bool {
+/// What roger wrote a `.jsonl` as, known by its first line.
+enum Written {
+    Ledger,
+    Outbox,
+}
+
+/// A ledger record (`seq`, `kind`, `prev`, `hash`) or an outbox entry (`op`, `key`, `at`)
+/// on the file's first line.
+fn first_record(p: &Path) -> Option<Written> {
     use std::io::BufRead;
-    let Ok(f) = std::fs::File::open(p) else {
-        return false;
-    };
+    let f = std::fs::File::open(p).ok()?;
     let mut first = Vec::new();
     // A ledger record is small; a longer first line is no ledger's.
-    if std::io::BufReader::new(f)
+    std::io::BufReader::new(f)
         .take(64 * 1024)
         .read_until(b'\n', &mut first)
-        .is_err()
-    {
-        return false;
-    }
-    match serde_json::from_slice::<serde_json::Value>(&first) {
-        Ok(serde_json::Value::Object(m)) => ["seq", "kind", "prev", "hash"]
-            .iter()
-            .all(|k| m.contains_key(*k)),
-        _ => false,
+        .ok()?;
+    let serde_json::Value::Object(m) = serde_json::from_slice::<serde_json::Value>(&first).ok()?
+    else {
+        return None;
+    };
+    let has = |keys: &[&str]| keys.iter().all(|k| m.contains_key(*k));
+    if has(&["seq", "kind", "prev", "hash"]) {
+        Some(Written::Ledger)
+    } else if has(&["op", "key", "at"]) {
+        Some(Written::Outbox)
+    } else {
+        None
     }
 }
 
-/// `--from-run`: a ledger (with its roger.toml beside it) or a log.
-fn from_run(path: &Path) -> Result<(PathBuf, Option<Config>, Option<String>)> {
+/// `--from-run`: a ledger (its verdicts record the config that judged them, by path and
+/// hash) or a log.
+fn from_run(
+    path: &Path,
+    passed: &mut Vec<String>,
+) -> Result<(PathBuf, Option<Config>, Option<String>)> {
     let ledger = Ledger::new(path);
     let records = ledger.records().unwrap_or_default();
     if records.is_empty() {
-        let log = find_log(path)?;
+        let log = find_log(path, passed)?;
         let words = format!(
             "the run logged in {} (taken as a finished good run: a log alone cannot say)",
             log.display()
         );
         return Ok((log, None, Some(words)));
     }
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let cfg_path = dir.join(crate::config::DEFAULT_FILE);
-    let cfg = Config::load(&cfg_path).with_context(|| {
-        format!(
-            "{} is a ledger; its run's config is expected beside it",
-            path.display()
-        )
-    })?;
+    let verdict = records.iter().rev().find(|r| r.kind == Kind::Verdict);
+    let cfg = ledger_config(path, verdict)?;
     let Some(log) = cfg.run.log.clone() else {
-        bail!("{}: [run] names no log", cfg_path.display());
+        bail!("{}: [run] names no log", cfg.path.display());
     };
     let verdict = records
         .iter()
@@ -394,7 +473,7 @@ fn from_run(path: &Path) -> Result<(PathBuf, Option<Config>, Option<String>)> {
             format!(
                 "run {:?} ({}): last verdict #{} {status} at step {}",
                 cfg.run.name,
-                cfg_path.display(),
+                cfg.path.display(),
                 v.seq,
                 v.step.map_or("-".into(), |s| s.to_string())
             )
@@ -402,10 +481,103 @@ fn from_run(path: &Path) -> Result<(PathBuf, Option<Config>, Option<String>)> {
         None => format!(
             "run {:?} ({}): no verdict in its ledger",
             cfg.run.name,
-            cfg_path.display()
+            cfg.path.display()
         ),
     };
     Ok((log, Some(cfg), Some(words)))
+}
+
+/// The config a ledger's newest verdict was judged by: the path it recorded, checked
+/// against the hash it recorded. A ledger from before verdicts recorded the path: the
+/// roger.toml beside it (checked against the hash too, when one was recorded).
+fn ledger_config(path: &Path, verdict: Option<&crate::ledger::Record>) -> Result<Config> {
+    let recorded = verdict.and_then(|v| v.str_field(crate::critic::verdict::CONFIG_PATH));
+    let hash = verdict.and_then(|v| v.str_field("config_hash"));
+    let (cfg_path, how) = match recorded {
+        Some(p) => (PathBuf::from(p), "recorded in its newest verdict"),
+        None => {
+            let dir = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            (
+                dir.join(crate::config::DEFAULT_FILE),
+                "beside it (the ledger records no config path)",
+            )
+        }
+    };
+    if !cfg_path.is_file() {
+        bail!(
+            "{}: the run's config {} ({how}) is not there: moved or deleted? pass --log with --config FILE instead",
+            path.display(),
+            cfg_path.display()
+        );
+    }
+    let cfg = Config::load(&cfg_path).with_context(|| {
+        format!(
+            "{}: loading the run's config {} ({how})",
+            path.display(),
+            cfg_path.display()
+        )
+    })?;
+    if let Some(h) = hash.filter(|h| !h.is_empty() && *h != cfg.hash) {
+        bail!(
+            "{}: the run's config {} ({how}) has changed since the run was judged (hash {} now, {} recorded): not the config of that run; pass --log with --config FILE to take it anyway",
+            path.display(),
+            cfg_path.display(),
+            short(&cfg.hash),
+            short(h)
+        );
+    }
+    Ok(cfg)
+}
+
+fn short(hash: &str) -> &str {
+    &hash[..hash.len().min(12)]
+}
+
+/// `--pattern` values as `[metrics] patterns`, each checked here so the error names the
+/// flag: a valid regex with a `step` group.
+fn user_patterns(raw: &[String]) -> Result<Vec<crate::config::TextPattern>> {
+    raw.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let re = regex::Regex::new(r)
+                .with_context(|| format!("--pattern #{} {r:?}: not a valid regex", i + 1))?;
+            if !re.capture_names().flatten().any(|n| n == "step") {
+                bail!(
+                    "--pattern #{} {r:?}: needs a named group (?P<step>\\d+) for the step, and one per metric (loss, lr, grad_norm, ...)",
+                    i + 1
+                );
+            }
+            Ok(crate::config::TextPattern {
+                regex: r.clone(),
+                fields: Vec::new(),
+            })
+        })
+        .collect()
+}
+
+/// The mapping `--pattern` gives: the patterns themselves, their groups said.
+fn pattern_mapping(patterns: &[crate::config::TextPattern]) -> detect::Mapping {
+    let notes = patterns
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let groups: Vec<String> = regex::Regex::new(&p.regex)
+                .map(|re| re.capture_names().flatten().map(String::from).collect())
+                .unwrap_or_default();
+            format!("--pattern #{}: metrics {}", i + 1, groups.join(", "))
+        })
+        .collect();
+    detect::Mapping {
+        metrics: crate::config::MetricsConfig {
+            patterns: patterns.to_vec(),
+            ..Default::default()
+        },
+        chosen: Vec::new(),
+        notes,
+    }
 }
 
 /// The previous run's own mapping: it was right for that trainer.

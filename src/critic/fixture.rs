@@ -56,6 +56,7 @@ pub fn obs_with(samples: Vec<(u64, Vec<(&str, f64)>)>) -> Observation {
                     .collect(),
             })
             .collect(),
+        run_lr: Vec::new(),
         evals: vec![],
         last_sample_at: Some(1_700_000_000.0),
         advanced_at: Some(1_700_000_000.0),

@@ -75,9 +75,23 @@ pub fn lr(obs: &Observation) -> Option<CheckResult> {
     )
 }
 
-/// One parameter group's lr (`metric` in the window) against `s`.
+/// One parameter group's lr (`metric` in the window) against `s`. On a finished run the
+/// main lr's earlier samples where the schedule is distinguishable (`obs.run_lr`) are
+/// judged with the window: its last samples alone sit where a decayed lr is ~0 and a doubled
+/// one is within tolerance.
 fn lr_group(obs: &Observation, s: &ScheduleConfig, metric: &str) -> CheckResult {
-    let series = obs.series(metric);
+    let window = obs.series(metric);
+    let earlier: Vec<(u64, f64)> = if metric == LR {
+        let first = window.first().map_or(u64::MAX, |p| p.0);
+        obs.run_lr
+            .iter()
+            .filter(|p| p.0 < first)
+            .map(|p| (p.0, p.1 .0))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let series: Vec<(u64, f64)> = earlier.iter().chain(&window).copied().collect();
     if series.is_empty() {
         return CheckResult::new(
             "lr",
@@ -128,18 +142,26 @@ fn lr_group(obs: &Observation, s: &ScheduleConfig, metric: &str) -> CheckResult 
                 fmt(allowed)
             )
         };
+        let whole = if earlier.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", {} of them from earlier in the finished run, where the schedule is distinguishable",
+                earlier.len()
+            )
+        };
         return CheckResult::new(
             "lr",
             Status::Pass,
             format!(
-                "lr follows the {kind} schedule over {} samples ({how})",
+                "lr follows the {kind} schedule over {} samples ({how}{whole})",
                 series.len()
             ),
         )
         .observed(observed)
         .expected(expected);
     }
-    let lrs: Vec<f64> = series.iter().map(|p| p.1).collect();
+    let lrs: Vec<f64> = window.iter().map(|p| p.1).collect();
     let hint = if lrs.len() >= 3 && lrs.windows(2).all(|w| w[0] == w[1]) && lo != hi {
         format!(": lr is frozen at {}, is the scheduler stepping?", fmt(lr))
     } else if lr < lo && lrs.len() >= 2 && lrs.windows(2).all(|w| w[1] > w[0]) {
@@ -148,6 +170,11 @@ fn lr_group(obs: &Observation, s: &ScheduleConfig, metric: &str) -> CheckResult 
         ": below the schedule".to_string()
     } else {
         ": above the schedule".to_string()
+    };
+    let hint = if step < window.first().map_or(u64::MAX, |p| p.0) {
+        format!("{hint} (the finished run judged where its schedule is distinguishable)")
+    } else {
+        hint
     };
     CheckResult::new(
         "lr",
@@ -207,6 +234,7 @@ fn plateau_result(s: &ScheduleConfig, after: &[(u64, f64)], samples: usize) -> C
 #[cfg(test)]
 mod tests {
     use super::super::checks::tests::obs_with;
+    use super::super::Num;
     use super::*;
 
     #[test]
@@ -234,6 +262,48 @@ mod tests {
                 .status,
             Status::Unknown
         );
+    }
+
+    /// Issue 29 point 5: lr doubled over a whole finished run passed, the last samples
+    /// sitting where the decayed lr is ~0 (2 x ~0 is within tolerance). The finished run's
+    /// earlier samples where the schedule is distinguishable are judged too.
+    #[test]
+    fn a_finished_runs_doubled_lr_fails_on_its_distinguishable_samples() {
+        let s = obs_with(vec![]).schedule.unwrap();
+        let tail = |k: f64| -> Vec<(u64, Vec<(&str, f64)>)> {
+            (1090..=1100)
+                .map(|st| (st, vec![("lr", k * schedule::expected(&s, st))]))
+                .collect()
+        };
+        let earlier = |k: f64| -> Vec<(u64, Num)> {
+            (1..100)
+                .map(|i| (i * 10, Num(k * schedule::expected(&s, i * 10))))
+                .collect()
+        };
+        // The tail alone: a doubled decayed lr hides within the tolerance (min 1e-4 here,
+        // the allowance 2e-5: floor 0 would hide it the same way).
+        let mut o = obs_with(tail(1.0));
+        o.schedule.as_mut().unwrap().min_lr = 0.0;
+        let s0 = o.schedule.clone().unwrap();
+        let at = |k: f64| -> Vec<(u64, Vec<(&str, f64)>)> {
+            (1090..=1100)
+                .map(|st| (st, vec![("lr", k * schedule::expected(&s0, st))]))
+                .collect()
+        };
+        o.window = obs_with(at(2.0)).window;
+        assert_eq!(lr(&o).unwrap().status, Status::Pass, "the hole this closes");
+        o.run_lr = (1..100)
+            .map(|i| (i * 10, Num(2.0 * schedule::expected(&s0, i * 10))))
+            .collect();
+        let r = lr(&o).unwrap();
+        assert_eq!(r.status, Status::Fail, "{}", r.reason);
+        assert!(r.reason.contains("finished run"), "{}", r.reason);
+        // Healthy: passes, and says what it judged.
+        let mut ok = obs_with(tail(1.0));
+        ok.run_lr = earlier(1.0);
+        let r = lr(&ok).unwrap();
+        assert_eq!(r.status, Status::Pass, "{}", r.reason);
+        assert!(r.reason.contains("99 of them from earlier"), "{}", r.reason);
     }
 
     /// Issue 18 item 7: a kind that needs the run's length, with none known yet, waits.

@@ -306,6 +306,11 @@ pub struct Observation {
     pub settings: Settings,
     /// The phase's last `window` samples (train metrics), oldest first.
     pub window: Vec<ObsSample>,
+    /// A finished run: earlier (step, lr) samples where the schedule is distinguishable,
+    /// judged by the lr check with the window (absent otherwise, and in records from before
+    /// it: the window alone was judged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub run_lr: Vec<(u64, Num)>,
     pub evals: Vec<EvalPoint>,
     /// Time of the newest sample, and of the first sample at the newest step.
     pub last_sample_at: Option<f64>,

@@ -9,10 +9,15 @@ use super::onset::{PhaseRule, Rules, Tracker};
 use super::{EvalPoint, GpuVram, Num, ObsSample, Observation, Quiet, Settings, Thresholds};
 use crate::config::Config;
 use crate::gpu::GpuReader;
-use crate::metrics::{Record, EVAL_LOSS, GRAD_NORM, LOSS, LR_GROUPS, METRICS, SLOTS};
+use crate::metrics::{Record, EVAL_LOSS, GRAD_NORM, LOSS, LR, LR_GROUPS, METRICS, SLOTS};
 use std::collections::VecDeque;
 
 pub(crate) const EVALS_KEPT: usize = 64;
+/// The whole run's lr is kept thinned to at most this many samples (halved, stride doubled,
+/// when full): what a finished run's lr check judges beyond the window.
+const LR_KEPT: usize = 512;
+/// At most this many of them go into a finished run's observation (and so the ledger).
+pub const RUN_LR_JUDGED: usize = 64;
 const TRAIN_PER_EVAL: usize = 64;
 
 /// Serialisable so the summary cache (`summary.rs`) can carry it from one `--once` to the next.
@@ -36,6 +41,14 @@ pub struct History {
     between: Recorder,
     /// The first step not yet judged by a verdict (`None`: no verdict yet).
     new_from: Option<u64>,
+    /// (step, lr) over the whole timeline, every `lr_stride`-th sample (absent in caches
+    /// from before it: the window alone is judged).
+    #[serde(default)]
+    lr_run: Vec<(u64, f64)>,
+    #[serde(default)]
+    lr_stride: u64,
+    #[serde(default)]
+    lr_seen: u64,
     pub samples_total: u64,
     pub garbage_total: u64,
 }
@@ -137,6 +150,7 @@ impl History {
                 self.between.rewind(s.step);
                 self.new_from = self.new_from.map(|f| f.min(s.step));
                 self.evals.retain(|e| e.step <= s.step);
+                self.lr_run.retain(|p| p.0 < s.step);
                 self.last_step = Some(s.step);
                 self.advanced_at = s.time;
             }
@@ -154,6 +168,9 @@ impl History {
         }
         if let Some(g) = s.get(GRAD_NORM) {
             self.between.grad(s.step, g);
+        }
+        if let Some(lr) = s.get(LR) {
+            self.keep_lr(s.step, lr);
         }
         if let Some(l) = s.get(LOSS) {
             self.onsets.push(s.step, l);
@@ -185,6 +202,45 @@ impl History {
                 self.samples.pop_front();
             }
         }
+    }
+
+    /// One lr sample into the thinned whole-run series.
+    fn keep_lr(&mut self, step: u64, lr: f64) {
+        let stride = self.lr_stride.max(1);
+        if self.lr_seen.is_multiple_of(stride) && self.lr_run.last().is_none_or(|p| p.0 < step) {
+            self.lr_run.push((step, lr));
+        }
+        self.lr_seen += 1;
+        if self.lr_run.len() > LR_KEPT {
+            let kept: Vec<(u64, f64)> = self.lr_run.iter().copied().step_by(2).collect();
+            self.lr_run = kept;
+            self.lr_stride = stride * 2;
+        }
+    }
+
+    /// On a finished run (the step reached the total): up to [`RUN_LR_JUDGED`] earlier lr
+    /// samples, before `before`, where the schedule is distinguishable, i.e. where it
+    /// prescribes more than twice its tolerance (a doubled or halved lr there is off by more
+    /// than the tolerance; late in a decay the lr is ~0 and 2 x ~0 is within it).
+    fn run_lr(&self, s: &crate::config::ScheduleConfig, before: u64) -> Vec<(u64, Num)> {
+        if s.kind == crate::config::ScheduleKind::Plateau {
+            return Vec::new();
+        }
+        let floor = 2.0 * s.tolerance * s.peak_lr;
+        let seen: Vec<(u64, f64)> = self
+            .lr_run
+            .iter()
+            .copied()
+            .filter(|p| p.0 < before && crate::schedule::expected(s, p.0) > floor)
+            .collect();
+        let n = seen.len();
+        if n <= RUN_LR_JUDGED {
+            return seen.into_iter().map(|(st, v)| (st, Num(v))).collect();
+        }
+        (0..RUN_LR_JUDGED)
+            .map(|i| seen[i * (n - 1) / (RUN_LR_JUDGED - 1)])
+            .map(|(st, v)| (st, Num(v)))
+            .collect()
     }
 
     /// A snapshot log (trainer_state.json) was re-read: start over from it.
@@ -245,17 +301,28 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
         .new_from
         .or(window.first().map(|s| s.step))
         .map(|from| h.between.since(from));
+    let schedule = cfg.schedule.as_ref().map(|s| s.resolved(h.total_steps));
+    let total_steps = cfg
+        .schedule
+        .as_ref()
+        .and_then(|s| s.total_steps)
+        .or(h.total_steps);
+    let finished = h
+        .last_step
+        .zip(total_steps)
+        .is_some_and(|(step, total)| step >= total);
+    let run_lr = match (&schedule, window.first()) {
+        (Some(s), Some(first)) if finished => h.run_lr(s, first.step),
+        _ => Vec::new(),
+    };
     Observation {
         now,
         config_hash: cfg.hash.clone(),
         step: h.last_step,
         phase: phase.map(Thresholds::from),
-        schedule: cfg.schedule.as_ref().map(|s| s.resolved(h.total_steps)),
-        total_steps: cfg
-            .schedule
-            .as_ref()
-            .and_then(|s| s.total_steps)
-            .or(h.total_steps),
+        schedule,
+        total_steps,
+        run_lr,
         quiet: cfg.quiet.iter().map(Quiet::from).collect(),
         settings: settings(cfg),
         window,
@@ -481,6 +548,52 @@ pub(crate) mod tests {
         assert_eq!(spike.diverged_at, Some(50));
         let back: Observation = serde_json::from_value(serde_json::to_value(&o).unwrap()).unwrap();
         assert_eq!(crate::critic::judge(&back), v);
+    }
+
+    /// Issue 29 point 5: the whole run's lr is kept (thinned), forgotten past a resume, and
+    /// offered to the lr check only once the run is finished, where the schedule is
+    /// distinguishable.
+    #[test]
+    fn a_finished_run_offers_its_earlier_lr_where_the_schedule_shows() {
+        let c = Config::parse(
+            "[run]\nname = \"t\"\n[schedule]\nkind = \"linear\"\npeak_lr = 1e-3\ntotal_steps = 3000\ntolerance = 0.02\n[[phase]]\nname = \"a\"\nfrom = 0\nwindow = 10\n",
+            std::path::Path::new("/x/roger.toml"),
+        )
+        .unwrap();
+        let lr = |step: u64| 1e-3 * (3000 - step.min(3000)) as f64 / 3000.0;
+        let mut h = History::new(&c);
+        for i in 0..2000u64 {
+            let mut x = s(i, 3.0, i as f64);
+            x.values.insert("lr".into(), lr(i));
+            h.push(x);
+        }
+        assert!(h.lr_run.len() <= LR_KEPT, "{}", h.lr_run.len());
+        assert!(h.lr_stride > 1);
+        assert!(observe(&h, &c, 1e4, None).run_lr.is_empty(), "not finished");
+        // A resume from step 1500 forgets the abandoned lr.
+        let mut x = s(1500, 3.0, 3000.0);
+        x.values.insert("lr".into(), lr(1500));
+        h.push(x);
+        assert!(
+            h.lr_run.iter().all(|p| p.0 <= 1500),
+            "{:?}",
+            h.lr_run.last()
+        );
+        for i in 1501..=3000u64 {
+            let mut x = s(i, 3.0, 3000.0 + i as f64);
+            x.values.insert("lr".into(), lr(i));
+            h.push(x);
+        }
+        let o = observe(&h, &c, 1e4, None);
+        assert!(!o.run_lr.is_empty() && o.run_lr.len() <= RUN_LR_JUDGED);
+        let first = o.window[0].step;
+        for (step, v) in &o.run_lr {
+            assert!(*step < first, "{step}");
+            // Only where the schedule prescribes more than 2 x tolerance x peak.
+            assert!(lr(*step) > 2.0 * 0.02 * 1e-3, "{step}: {}", v.0);
+        }
+        let back: Observation = serde_json::from_value(serde_json::to_value(&o).unwrap()).unwrap();
+        assert_eq!(back.run_lr, o.run_lr);
     }
 
     #[test]

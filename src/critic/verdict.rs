@@ -95,6 +95,9 @@ pub fn assemble(
     }
 }
 
+/// The verdict record's field naming the config file that judged it.
+pub const CONFIG_PATH: &str = "config_path";
+
 impl Verdict {
     /// The ledger record: status, phase, checks, and the observation to recompute it from.
     pub fn entry(&self, run: &str, obs: &Observation) -> Entry {
@@ -107,6 +110,14 @@ impl Verdict {
             .field("flapping", &self.flapping)
             .field("config_hash", &obs.config_hash)
             .field("observation", obs)
+    }
+
+    /// [`Verdict::entry`] with the config that judged it (`config_path`, absolute, beside
+    /// the observation's `config_hash`): `init --from-run LEDGER` finds the run's config by it.
+    pub fn entry_from(&self, run: &str, obs: &Observation, config: &std::path::Path) -> Entry {
+        let abs = std::fs::canonicalize(config).unwrap_or_else(|_| config.to_path_buf());
+        self.entry(run, obs)
+            .field(CONFIG_PATH, abs.display().to_string())
     }
 
     /// The first step of a divergence named by a failing loss or loss_spike check.

@@ -102,26 +102,66 @@ fn hf_trainer_state(name: &str, head: &[u8]) -> Option<Detected> {
     if !text.contains("\"log_history\"") {
         return None;
     }
-    // Keys of the log_history entries: every `"key":` after log_history's opening.
+    // Keys of the log_history entries with a number: only inside the array (the top-level
+    // scalars after it, `num_input_tokens_seen: 0`, `max_steps`, are no series).
     let at = text.find("\"log_history\"")?;
-    let mut keys = BTreeSet::new();
-    for line in text[at..].lines().skip(1) {
-        let l = line.trim();
-        if let Some(rest) = l.strip_prefix('"') {
-            if let Some((key, value)) = rest.split_once("\":") {
-                let v = value.trim().trim_end_matches(',');
-                if v.parse::<f64>().is_ok() || v == "NaN" || v == "Infinity" {
-                    keys.insert(key.to_string());
-                }
-            }
-        }
-    }
+    let keys = history_keys(&text[at..]);
     Some(Detected {
         format: LogFormat::HfTrainerState,
         why: "a JSON document with \"log_history\" (Hugging Face trainer_state.json)".into(),
         keys: keys.into_iter().collect(),
         patterns: Vec::new(),
     })
+}
+
+/// Keys with a numeric value inside the entries of the JSON array that follows, scanning
+/// brackets outside strings, until the array closes (or the head ends).
+fn history_keys(text: &str) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    let Some(open) = text.find('[') else {
+        return keys;
+    };
+    let b = text.as_bytes();
+    let (mut depth, mut i) = (0usize, open);
+    while i < b.len() {
+        match b[i] {
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    break;
+                }
+            }
+            b'"' => {
+                // The closing quote, past escaped ones.
+                let mut j = i + 1;
+                while j < b.len() && b[j] != b'"' {
+                    j += if b[j] == b'\\' { 2 } else { 1 };
+                }
+                if j >= b.len() {
+                    break;
+                }
+                let key = &text[i + 1..j];
+                i = j + 1;
+                // An entry's key (depth 2: array, object) followed by `:` and a number.
+                let rest = text[i..].trim_start();
+                if depth == 2 {
+                    if let Some(v) = rest.strip_prefix(':') {
+                        let v = v.trim_start();
+                        let end = v.find([',', '}', '\n']).unwrap_or(v.len());
+                        let v = v[..end].trim();
+                        if v.parse::<f64>().is_ok() || v == "NaN" || v == "Infinity" {
+                            keys.insert(key.to_string());
+                        }
+                    }
+                }
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    keys
 }
 
 fn lines(head: &[u8]) -> impl Iterator<Item = &str> {
@@ -797,6 +837,22 @@ pub fn map_keys(d: &Detected) -> Mapping {
 mod tests {
     use super::*;
     use crate::metrics::LineParser;
+
+    /// Issue 29: trainer_state.json's top-level `num_input_tokens_seen: 0` (after the
+    /// history) was mapped as the tokens series. Only the entries' keys count.
+    #[test]
+    fn a_top_level_scalar_of_trainer_state_is_no_series() {
+        let head = b"{\n  \"best_model_checkpoint\": \"a \\\"q\\\" b\",\n  \"log_history\": [\n    {\n      \"learning_rate\": 1e-05,\n      \"loss\": 0.3,\n      \"note\": \"x]}\",\n      \"step\": 25\n    }\n  ],\n  \"max_steps\": 100,\n  \"num_input_tokens_seen\": 0,\n  \"total_flos\": 1e9\n}\n";
+        let d = detect("trainer_state.json", head).unwrap();
+        assert_eq!(d.keys, vec!["learning_rate", "loss", "step"]);
+        let m = map_keys(&d);
+        assert!(!m.chosen.iter().any(|c| c.0 == "tokens"), "{:?}", m.chosen);
+        assert!(
+            m.notes.iter().any(|n| n == "tokens: not in the log"),
+            "{:?}",
+            m.notes
+        );
+    }
 
     #[test]
     fn formats_from_heads() {

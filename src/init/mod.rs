@@ -20,6 +20,13 @@ pub struct Input<'a> {
     pub mapping: &'a Mapping,
     pub samples: &'a [Sample],
     pub garbage_total: u64,
+    /// The run's planned last step as the log declares it outside its samples (a text log's
+    /// `max_iters` / `--train-iters` line); samples carrying `total_steps` (trainer_state's
+    /// `max_steps`) are read here too.
+    pub declared_total: Option<u64>,
+    /// Files passed over while looking for the log (roger's own), with why: said in the
+    /// config's header too.
+    pub passed_over: Vec<String>,
     /// `--from-run`: words on the finished run this config takes as its baseline.
     pub baseline: Option<String>,
     /// RFC 3339 time of writing, for the header.
@@ -70,7 +77,9 @@ pub fn infer(input: &Input) -> Proposal {
         .iter()
         .filter_map(|s| Some((s.step, s.get(LR)?)))
         .collect();
-    let total = declared_total(input.samples);
+    let total = input
+        .declared_total
+        .or_else(|| declared_total(input.samples));
     let fit = if lr.is_empty() {
         FitOutcome::Refused("the log has no lr: no schedule to fit".into())
     } else {
@@ -132,6 +141,9 @@ pub fn infer(input: &Input) -> Proposal {
         if f.still_rising {
             summary.push("note: the lr still rises at the log's end: peak and warmup are what the log shows so far; check them against the trainer's config".into());
         }
+        if let Some(n) = unseen_warmup_note(f, input.samples) {
+            summary.push(format!("note: {n}"));
+        }
     }
     let eval_note = eval_rising(input.samples);
     summary.extend(eval_note.iter().map(|n| format!("note: {n}")));
@@ -175,22 +187,35 @@ pub fn format_name(f: LogFormat) -> &'static str {
     }
 }
 
+/// The log starts after the fitted warmup: say that warmup and peak come from the decay.
+fn unseen_warmup_note(f: &fit::Fit, samples: &[Sample]) -> Option<String> {
+    let first = samples.iter().find(|s| s.get(LR).is_some())?.step;
+    (f.warmup_unseen && first > 0).then(|| {
+        format!(
+            "the log's first lr is at step {first}, past the warmup: warmup_steps = {} and peak_lr are what the decay's shape implies (a linear decay fixes only its slope: check them against the trainer's config for the next run)",
+            f.schedule.warmup_steps
+        )
+    })
+}
+
 fn fit_words(f: &fit::Fit) -> String {
     let s = &f.schedule;
     let runner = f.runner_up.map_or(String::new(), |(k, share)| {
         format!("; next best {} {:.0}%", kind_name(k), 100.0 * share)
     });
     format!(
-        "{} fits {:.1}% of {} lr samples within 2% of peak (rms {:.2}%, worst {:.2}%){runner}; peak {:e}, warmup {}, min {:e}, total {}",
+        "{} fits {:.1}% of {} lr samples within 2% of peak (rms {:.2}%, worst {:.2e} of peak){runner}; peak {:e}, warmup {}, min {}, total {}{}",
         kind_name(s.kind),
         100.0 * f.share,
         f.samples,
         100.0 * f.rms,
-        100.0 * f.max_dev,
+        f.max_dev,
         s.peak_lr,
         s.warmup_steps,
-        s.min_lr,
-        s.total_steps.map_or("-".into(), |t| t.to_string())
+        lr_value(s.min_lr),
+        s.total_steps.map_or("-".into(), |t| t.to_string()),
+        s.decay_steps
+            .map_or(String::new(), |d| format!(", decay {d}"))
     )
 }
 
@@ -213,6 +238,15 @@ fn counted(samples: &[Sample]) -> usize {
             && w[1].get(crate::metrics::TOTAL_STEPS).is_some()
     };
     samples.len() - samples.windows(2).filter(|w| end_line(w)).count()
+}
+
+/// An lr for the file: `0.0` rather than `0e0`.
+fn lr_value(x: f64) -> String {
+    if x == 0.0 {
+        "0.0".into()
+    } else {
+        format!("{x:e}")
+    }
 }
 
 /// A TOML line `key = value` with its comment aligned after it.
@@ -238,6 +272,11 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
     if let Some(b) = &input.baseline {
         o.push_str(&format!("# Baseline: {b}\n"));
     }
+    for p in &input.passed_over {
+        o.push_str(&format!(
+            "# Passed over (roger's own, never a training log): {p}\n"
+        ));
+    }
     o.push_str("# No [publish] section: `roger publish` keeps every checkpoint until you set keep_last.\n\n");
 
     o.push_str("[run]\n");
@@ -258,7 +297,14 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
     if !input.mapping.metrics.patterns.is_empty() {
         o.push_str("patterns = [\n");
         for p in &input.mapping.metrics.patterns {
-            o.push_str(&format!("  {{ regex = {} }},\n", toml_literal(&p.regex)));
+            let regex = toml_literal(&p.regex);
+            if p.fields.is_empty() {
+                o.push_str(&format!("  {{ regex = {regex} }},\n"));
+            } else {
+                let fields =
+                    toml::Value::Array(p.fields.iter().cloned().map(toml::Value::String).collect());
+                o.push_str(&format!("  {{ regex = {regex}, fields = {fields} }},\n"));
+            }
         }
         o.push_str("]\n");
     }
@@ -281,7 +327,9 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
         }
     }
 
-    o.push_str("# Thresholds per phase, from the quantiles of this run's own samples.\n# Not proposed: loss_slope, loss_spike, grad_norm_spike (set them once you know the run's noise).\n");
+    o.push_str("# Thresholds per phase, from this run's own samples.\n");
+    o.push_str(&format!("# The {}.\n", bands::LOSS_RULE));
+    o.push_str("# Not proposed: loss_slope, loss_spike, grad_norm_spike (set them once you know the run's noise).\n");
     for p in phases {
         o.push_str("[[phase]]\n");
         line(&mut o, "name", &format!("{:?}", p.name), "");
@@ -300,11 +348,11 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
 fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
     let s: &ScheduleConfig = &f.schedule;
     o.push_str(&format!(
-        "# Fitted to {} logged lr samples: {:.1}% within 2% of peak, rms {:.2}%, worst {:.2}% of peak.\n",
+        "# Fitted to {} logged lr samples (peak, warmup, min and total are parameters of the fit): {:.1}% within 2% of peak, rms {:.2}%, worst {:.1e} of peak.\n",
         f.samples,
         100.0 * f.share,
         100.0 * f.rms,
-        100.0 * f.max_dev
+        f.max_dev
     ));
     o.push_str("[schedule]\n");
     let runner = f.runner_up.map_or(String::new(), |(k, share)| {
@@ -314,27 +362,39 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
         o,
         "kind",
         &format!("{:?}", kind_name(s.kind)),
-        &format!("best of constant, linear, cosine, inverse-sqrt{runner}"),
+        &format!("best of constant, linear, cosine, inverse-sqrt, wsd{runner}"),
     );
     line(
         o,
         "peak_lr",
         &format!("{:e}", s.peak_lr),
-        "the highest logged lr",
+        "fitted with warmup, min and total (not the highest logged lr)",
     );
     if crate::config::needs_total(s.kind) {
         line(
             o,
             "min_lr",
-            &format!("{:e}", s.min_lr),
-            "least squares over the decay",
+            &lr_value(s.min_lr),
+            "fitted: the floor the decay ends at",
+        );
+    }
+    if let Some(d) = s.decay_steps {
+        line(
+            o,
+            "decay_steps",
+            &d.to_string(),
+            "fitted: the final decay's length",
         );
     }
     line(
         o,
         "warmup_steps",
         &s.warmup_steps.to_string(),
-        "least squares over the rising lr before the peak",
+        if f.warmup_unseen {
+            "fitted: the log starts after it, the decay's shape implies it"
+        } else {
+            "fitted: where the rising lr meets the peak"
+        },
     );
     // A text line's total (`iteration N/ M`) is a pattern group, not a key the config can
     // name, and the config check wants one or the other: write the number the log declared.
@@ -404,5 +464,75 @@ mod tests {
             sample(2178, &[("total_steps", 2178.0)]),
         ];
         assert_eq!((declared_total(&hf), ended_at(&hf)), (Some(2178), None));
+    }
+
+    use std::collections::BTreeMap;
+
+    /// A total the log declares outside its samples (a text log's `max_iters` line) is used
+    /// as is, not fitted: the fit takes it as a fixed parameter and the file says where it
+    /// came from.
+    #[test]
+    fn a_declared_total_is_used_not_fitted() {
+        let truth = ScheduleConfig {
+            kind: crate::config::ScheduleKind::Cosine,
+            peak_lr: 6e-4,
+            warmup_steps: 100,
+            total_steps: Some(5000),
+            ..Default::default()
+        };
+        // Logged to step 2000 only: the total is far from what 2000 steps alone would say.
+        let samples: Vec<Sample> = (1..=200u64)
+            .map(|i| Sample {
+                step: i * 10,
+                time: None,
+                values: BTreeMap::from([
+                    (LR.to_string(), crate::schedule::expected(&truth, i * 10)),
+                    ("loss".to_string(), 3.0),
+                ]),
+            })
+            .collect();
+        let detected = Detected {
+            format: LogFormat::Text,
+            why: "test".into(),
+            keys: Vec::new(),
+            patterns: Vec::new(),
+        };
+        let mapping = Mapping {
+            metrics: Default::default(),
+            chosen: Vec::new(),
+            notes: Vec::new(),
+        };
+        let input = |declared: Option<u64>| Input {
+            name: "t".into(),
+            log: "train.log".into(),
+            detected: &detected,
+            mapping: &mapping,
+            samples: &samples,
+            garbage_total: 0,
+            declared_total: declared,
+            passed_over: vec!["./roger-ledger.jsonl (a roger ledger)".into()],
+            baseline: None,
+            written_at: "now".into(),
+        };
+        let p = infer(&input(Some(5000)));
+        assert!(
+            p.text.contains("total_steps = 5000") && p.text.contains("# the log declares it"),
+            "{}",
+            p.text
+        );
+        assert!(p.text.contains("warmup_steps = 100"), "{}", p.text);
+        assert!(
+            p.text.contains(
+                "# Passed over (roger's own, never a training log): ./roger-ledger.jsonl"
+            ),
+            "{}",
+            p.text
+        );
+        let fitted = infer(&input(None));
+        assert!(
+            fitted.text.contains("# fitted: where the decay ends"),
+            "{}",
+            fitted.text
+        );
     }
 }
