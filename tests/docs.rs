@@ -308,14 +308,10 @@ fn the_readme_quick_start_builds_runs_the_example_and_runs_the_ci_tests() {
         .map(str::trim)
         .filter(|l| l.starts_with("cargo test"))
         .collect();
-    assert_eq!(
-        ci_tests.len(),
-        1,
-        ".ci/run runs one test command: {ci_tests:?}"
-    );
-    assert_eq!(
-        cmds[1], ci_tests[0],
-        "the README's test command is the one .ci/run runs"
+    assert!(
+        ci_tests.contains(&cmds[1].as_str()),
+        "the README's test command {:?} is one .ci/run runs: {ci_tests:?}",
+        cmds[1]
     );
 
     // `cargo run ... -- ARGS` builds roger and runs it with ARGS: run the built binary with
