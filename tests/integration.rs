@@ -9,6 +9,7 @@ mod cli;
 mod conventions;
 mod critic;
 mod critic_live;
+mod docs;
 mod export;
 mod fake_gpu_libs;
 mod gpu_check_script;

@@ -38,7 +38,7 @@ pub fn run(global: &Global, args: NotifyArgs) -> Result<u8> {
     let cfg = crate::config::require(global.config.as_deref())?;
     if !cfg.notify.enabled() {
         bail!(
-            "{}: no [notify] channel or dead-man URL configured (see README, \"Being woken up\")",
+            "{}: no [notify] channel or dead-man URL configured (see docs/notify.md)",
             cfg.path.display()
         );
     }

@@ -11,7 +11,7 @@ use clap::Args;
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
-Classification (see README `## watch`): working, grind (busy, no progress), wedge (no progress
+Classification (see docs/watch.md): working, grind (busy, no progress), wedge (no progress
 past the stale limit and idle, or busy past the grind limit, or a GPU pinned at low power),
 zombie (main process gone while its processes or VRAM linger), exited, unknown (a signal is
 missing: roger never reports a run it cannot see as healthy).

@@ -1,7 +1,7 @@
 //! Bounded property tests over every parser of input roger did not write: a fixed seed, a
 //! modest count per parser, structure-aware mutation of real samples, each input through
 //! `roger::untrusted` (the parser and what roger does next with its output). Zero panics is
-//! the property. Hours of coverage-guided fuzzing of the same entry points: `fuzz/` (README).
+//! the property. Hours of coverage-guided fuzzing of the same entry points: `fuzz/` (fuzz/README.md).
 //!
 //! A panic fails the test with the input shrunk and printed as a byte-string literal, the
 //! seed and the iteration, so it can be pasted into a named regression test. (Seeds from /proc

@@ -164,7 +164,7 @@ fn a_hung_rank_is_named_from_every_ranks_stack_and_the_job_resumes_whole() {
 /// The slow rank's share of the others' speed. Not 0.7: a 30%-slower rank reads about 0.72
 /// against the 0.75 threshold (the median of 4 ranks includes the slow one), 105 of its 273
 /// windows were at or above 0.75 and 2 of 15 loaded runs had no verdict. At half speed: 17 of
-/// 17 flagged (README, "Stragglers warn, never kill", has the spread).
+/// 17 flagged (docs/ranks.md, "Stragglers warn, never kill", has the spread).
 const SLOW_SHARE: &str = "0.5";
 
 /// Rank 1's speed relative to the median rank's in each `window_s` window of the ranks' logs,

@@ -90,7 +90,7 @@ pub(crate) fn check_page(env: &Env, page: &Path, incidents: &[&str]) {
     );
 }
 
-/// The README's picture of the example night, made by the same browser.
+/// docs/report.md's picture of the example night, made by the same browser.
 pub(crate) fn screenshot_to_docs(env: &Env, page: &Path) {
     let Some(bin) = browser() else {
         no_browser();

@@ -411,7 +411,7 @@ fn a_scripted_night_is_reported_as_it_happened() {
         &["wedge", "crash", "divergence", "rejected-publish"],
     );
     if std::env::var_os("ROGER_UPDATE_DOCS").is_some() {
-        // README assets: the live page (disk measured now), its screenshot and the digest.
+        // docs/ assets: the live page (disk measured now), its screenshot and the digest.
         super::browser::screenshot_to_docs(&env, &env.path("roger-report.html"));
         let digest = report(&env, None, &["--text"]).stdout();
         std::fs::write(
