@@ -55,7 +55,7 @@ First steps:
 /// checkpoints intact and fixes what can be fixed — always writing the reason to an
 /// append-only, hash-chained ledger first.
 #[derive(Debug, Parser)]
-#[command(name = "roger", version, after_help = after_help(), propagate_version = true)]
+#[command(name = "roger", version = version(), after_help = after_help(), propagate_version = true)]
 pub struct Cli {
     /// Config file (default: ./roger.toml if present).
     #[arg(short, long, global = true, env = "ROGER_CONFIG", value_name = "FILE")]
@@ -131,6 +131,26 @@ pub enum Command {
     Status(cmd::status::StatusArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
+    /// Print the manual page roger(1) in roff (`roger man | man -l -`), or write one page per
+    /// subcommand into a directory (--dir).
+    Man(cmd::man::ManArgs),
+}
+
+/// `roger --version`: the crate's version and the commit it was built from, which the build
+/// passes in as ROGER_COMMIT (the wheel build does: python/pyproject.toml). There is no build
+/// script to ask git (tests/layout.rs), so a build without it says so instead of guessing.
+pub fn version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        let commit = option_env!("ROGER_COMMIT").map(str::trim);
+        match commit.filter(|c| !c.is_empty()) {
+            Some(c) => format!("{} (commit {c})", env!("CARGO_PKG_VERSION")),
+            None => format!(
+                "{} (unknown commit: built without ROGER_COMMIT)",
+                env!("CARGO_PKG_VERSION")
+            ),
+        }
+    })
 }
 
 /// A parsed command line and the role of its subcommand (`exit::ROLES`); a command line that

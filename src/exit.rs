@@ -80,6 +80,7 @@ pub const ROLES: &[(&str, Role)] = &[
     ("report", Role::Judge),
     ("status", Role::Judge),
     ("completions", Role::Actor),
+    ("man", Role::Actor),
 ];
 
 /// The role of the subcommand at `path` (names from the top: `["hygiene", "clean"]`).

@@ -15,6 +15,7 @@ mod fake_gpu_libs;
 mod gpu_check_script;
 mod hygiene;
 mod init;
+mod install;
 mod kubernetes_examples;
 mod layout;
 mod ledger;

@@ -9,6 +9,7 @@ pub mod fetch;
 pub mod hygiene;
 pub mod init;
 pub mod ledger;
+pub mod man;
 pub mod notify;
 pub mod probe;
 pub mod publish;
@@ -28,6 +29,7 @@ pub fn dispatch(global: &Global, command: Command) -> Result<u8> {
         Command::Check(a) => check::run(global, a),
         Command::Ledger(a) => ledger::run(global, a),
         Command::Completions(a) => completions::run(a),
+        Command::Man(a) => man::run(a),
         Command::Critic(a) => critic::run(global, a),
         Command::Publish(a) => publish::run(global, a),
         Command::Fetch(a) => fetch::run(global, a),

@@ -383,20 +383,42 @@ pub fn rename_into_place(staging: &Path, target: &Path, layout: Layout) -> Resul
             target.display()
         ),
         (Layout::Dir, Some(_)) => {
-            nix::fcntl::renameat2(
-                None,
-                staging,
-                None,
-                target,
-                nix::fcntl::RenameFlags::RENAME_EXCHANGE,
-            )
-            .with_context(|| {
+            rename_exchange(staging, target).with_context(|| {
                 format!("exchanging {} with {}", staging.display(), target.display())
             })?;
             remove_any(staging)
         }
         _ => std::fs::rename(staging, target)
             .with_context(|| format!("renaming {} to {}", staging.display(), target.display())),
+    }
+}
+
+/// renameat2(RENAME_EXCHANGE) as the system call: glibc has had a wrapper only since 2.28,
+/// and the wheel's binary links against glibc 2.17 (manylinux2014; tests/install.rs), where
+/// the kernel (3.15+) has the call but libc has no symbol for it.
+fn rename_exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+    };
+    let (a, b) = (c(a)?, c(b)?);
+    // SAFETY: two NUL-terminated paths that outlive the call, AT_FDCWD for both directories;
+    // the kernel reads the paths and touches no other memory of ours.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
