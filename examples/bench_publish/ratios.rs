@@ -233,8 +233,41 @@ pub fn ratios(args: &[String]) {
         "dd if='{}' of=/dev/null bs=4M iflag=direct status=none",
         file.display()
     ));
-    let read = gbps(1 << 30, t.elapsed());
+    let read_alone = t.elapsed();
+    let read = gbps(1 << 30, read_alone);
     println!("arithmetic (measured in this run): SHA-256 {hash:.2} GB/s per core (sha2 crate); O_DIRECT read of the source {read:.2} GB/s (dd, 4 MiB, one at a time)");
+    // Can a read-back overlap a copy on this disk at all? The same read and a 1 GiB
+    // `cp && sync`, alone and then at once: if at once takes as long as one after the other,
+    // the device shares its bandwidth and overlapping the verify with the copy gains nothing.
+    let copy_to = root.join("overlap-probe.bin");
+    drop_caches();
+    let t = Instant::now();
+    super::sh(&format!(
+        "cp '{}' '{}' && sync",
+        file.display(),
+        copy_to.display()
+    ));
+    let write_alone = t.elapsed();
+    let _ = std::fs::remove_file(&copy_to);
+    drop_caches();
+    let t = Instant::now();
+    super::sh(&format!(
+        "dd if='{}' of=/dev/null bs=4M iflag=direct status=none & cp '{}' '{}' && sync; wait",
+        file.display(),
+        file.display(),
+        copy_to.display()
+    ));
+    let both = t.elapsed();
+    let _ = std::fs::remove_file(&copy_to);
+    let apart = write_alone + read_alone;
+    println!(
+        "  read ‖ write (1 GiB each): at once {:.2}s, one after the other {:.2}s (cp && sync {:.2}s + O_DIRECT read {:.2}s): overlap saves {:.0}%",
+        both.as_secs_f64(),
+        apart.as_secs_f64(),
+        write_alone.as_secs_f64(),
+        read_alone.as_secs_f64(),
+        100.0 * (1.0 - both.as_secs_f64() / apart.as_secs_f64())
+    );
     for (name, r, c, bytes) in results {
         let gb = bytes as f64 / 1e9;
         let reread = gb / read;
