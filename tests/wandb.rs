@@ -415,5 +415,48 @@ fn the_daemon_reads_only_new_bytes_of_a_growing_datastore() {
         Some(0)
     );
     let samples: u64 = ticks().iter().map(|t| t.0).sum();
-    assert_eq!(samples, 600, "every row once: {:?}", ticks());
+    // Every row once, and the end the run's clean exit declares (a sample at its last step).
+    assert_eq!(samples, 601, "every row once: {:?}", ticks());
+}
+
+/// Without the wandb package: the committed run called `finish()` (its datastore ends with
+/// the exit record), so judged hours and weeks after its last row it is finished at its last
+/// step, not stale, and `status` and `report` say the same.
+#[test]
+fn a_run_that_exited_cleanly_is_finished_not_stale() {
+    let env = Env::new();
+    committed_run(&env);
+    env.write("roger.toml", config("_step"));
+    // Written 2026-12-06 00:58 UTC (its directory's name): three hours and four weeks later.
+    for now in ["2026-12-06T04:00:00Z", "2027-01-03T00:00:00Z"] {
+        let run = env.run(&["critic", "--once", "--json", "--now", now]);
+        let v = json_out(&run);
+        let stale = check(&v, "stale");
+        assert_eq!(stale["status"], "pass", "{now}: {}", run.report());
+        let reason = stale["reason"].as_str().unwrap();
+        assert!(reason.starts_with("finished at step 149"), "{reason}");
+        for cmd in ["status", "report"] {
+            let out = env.run(&[cmd, "--json", "--now", now]);
+            let h: serde_json::Value = serde_json::from_str(&out.stdout()).unwrap();
+            assert_eq!(
+                h["headline"]["finished"].as_bool(),
+                Some(true),
+                "{cmd}: {}",
+                out.report()
+            );
+        }
+    }
+    // Cut before the exit record (a run killed mid-write): no end, so stale after an hour.
+    let file = datastores(&env.dir.path().join("wandb"))[0].clone();
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &bytes[..45_000]).unwrap();
+    let run = env.run(&[
+        "critic",
+        "--once",
+        "--json",
+        "--now",
+        "2026-12-06T04:00:00Z",
+    ]);
+    let stale = check(&json_out(&run), "stale").clone();
+    assert_eq!(stale["status"], "fail", "{}", run.report());
 }

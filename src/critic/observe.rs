@@ -160,8 +160,12 @@ impl History {
                 self.advanced_at = s.time;
             }
         }
-        if let Some(t) = s.total_steps() {
-            self.total_steps = Some(t);
+        match s.total_steps() {
+            Some(t) => self.total_steps = Some(t),
+            // Past the total it had, with none of its own: a launch after the log said the
+            // run ended (a W&B run resumed after a clean exit) — the run is live again.
+            None if self.total_steps.is_some_and(|t| s.step > t) => self.total_steps = None,
+            None => {}
         }
         if let Some(t) = s.time {
             self.last_sample_at = Some(self.last_sample_at.map_or(t, |l| l.max(t)));
@@ -552,6 +556,32 @@ pub(crate) mod tests {
 
     /// Issue 29 point 5: the whole run's lr is kept (thinned), forgotten past a resume, and
     /// offered to the lr check only once the run is finished, where the schedule is
+    /// An end the log declared (a sample whose total is its own step) and then steps past it
+    /// without a total: a resumed launch, not a finished run.
+    #[test]
+    fn steps_past_a_declared_end_without_a_total_are_a_live_run_again() {
+        let c = Config::parse(
+            "[run]\nname = \"t\"\n[[phase]]\nname = \"a\"\nfrom = 0\n",
+            std::path::Path::new("/x/roger.toml"),
+        )
+        .unwrap();
+        let mut h = History::new(&c);
+        for i in 0..50u64 {
+            h.push(s(i, 3.0, i as f64));
+        }
+        let mut end = s(49, 3.0, 49.0);
+        end.values.insert("total_steps".into(), 49.0);
+        h.push(end);
+        assert!(h.has_total_steps(), "the end line declares the total");
+        h.push(s(50, 3.0, 50.0));
+        assert!(!h.has_total_steps(), "a later launch: live again");
+        // A sample with its own total past it keeps it (a run past its plan says so).
+        let mut past = s(60, 3.0, 60.0);
+        past.values.insert("total_steps".into(), 55.0);
+        h.push(past);
+        assert!(h.has_total_steps());
+    }
+
     /// distinguishable.
     #[test]
     fn a_finished_run_offers_its_earlier_lr_where_the_schedule_shows() {

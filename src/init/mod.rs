@@ -44,17 +44,16 @@ pub struct Proposal {
 /// sample's `total_steps`, which the readers fill from trainer_state.json's `max_steps`, a
 /// line's `N/M` (Megatron, modded-nanogpt), a key the mapping names, or a text log's
 /// declaration line (nanoGPT `max_iters`, Megatron `train_iters`, fairseq `max_update`,
-/// torchtitan `total steps`). A trainer's end line reads as a sample whose total is the step
-/// it ended at: that says where the run ended ([`ended_at`]), not what it planned, so it is
-/// passed over while a sample says more.
-pub fn declared_total(samples: &[Sample]) -> Option<u64> {
-    let total = |s: &Sample| s.get(crate::metrics::TOTAL_STEPS);
+/// torchtitan `total steps`). An end (a trainer's end line, a W&B run's clean exit) reads as a
+/// sample carrying only the step it ended at as its total: that says where the run ended
+/// ([`ended_at`]), not what it planned — it may have stopped short — so it is passed over and
+/// the fit finds the total (never below the log's last step).
+pub fn planned_total(samples: &[Sample]) -> Option<u64> {
     samples
         .iter()
         .rev()
         .filter(|s| s.values.len() > 1)
-        .find_map(total)
-        .or_else(|| samples.iter().rev().find_map(total))
+        .find_map(|s| s.get(crate::metrics::TOTAL_STEPS))
         .filter(|t| t.is_finite() && *t > 0.0)
         .map(|t| t as u64)
 }
@@ -79,7 +78,7 @@ pub fn infer(input: &Input) -> Proposal {
         .collect();
     let total = input
         .declared_total
-        .or_else(|| declared_total(input.samples));
+        .or_else(|| planned_total(input.samples));
     let fit = if lr.is_empty() {
         FitOutcome::Refused("the log has no lr: no schedule to fit".into())
     } else {
@@ -117,7 +116,10 @@ pub fn infer(input: &Input) -> Proposal {
             "total steps: {t}, as the log declares it; the log says the run ended at step {end}: finished short of it"
         )),
         (Some(t), _) => summary.push(format!("total steps: {t}, as the log declares it")),
-        (None, _) => {}
+        (None, Some(end)) => summary.push(format!(
+            "the log says the run ended at step {end} and declares no planned total: the fit's"
+        )),
+        (None, None) => {}
     }
     match &fit {
         FitOutcome::Fitted(f) => summary.push(format!("schedule: {}", fit_words(f))),
@@ -453,17 +455,17 @@ mod tests {
             sample(57_486, &planned),
             sample(57_486, &[("total_steps", 57_486.0)]),
         ];
-        assert_eq!(declared_total(&run), Some(300_000));
+        assert_eq!(planned_total(&run), Some(300_000));
         assert_eq!(ended_at(&run), Some(57_486));
         assert_eq!(ended_at(&run[..2]), None);
-        // Only end lines (no sample said a plan): where it ended is all there is.
-        assert_eq!(declared_total(&run[2..]), Some(57_486));
+        // Only an end (no sample said a plan): no planned total; the fit finds one.
+        assert_eq!(planned_total(&run[2..]), None);
         // A trainer_state.json's closing entry past its last loss entry is no end line.
         let hf = vec![
             sample(2175, &[("loss", 1.0), ("total_steps", 2178.0)]),
             sample(2178, &[("total_steps", 2178.0)]),
         ];
-        assert_eq!((declared_total(&hf), ended_at(&hf)), (Some(2178), None));
+        assert_eq!((planned_total(&hf), ended_at(&hf)), (Some(2178), None));
     }
 
     use std::collections::BTreeMap;

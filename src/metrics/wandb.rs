@@ -223,6 +223,17 @@ mod proto {
         pub history: Option<HistoryRecord>,
         #[prost(message, optional, tag = "17")]
         pub run: Option<RunRecord>,
+        #[prost(message, optional, tag = "18")]
+        pub exit: Option<RunExitRecord>,
+    }
+
+    /// Written by `run.finish()` (and at a normal interpreter exit): the run's end.
+    #[derive(Clone, PartialEq, Message)]
+    pub struct RunExitRecord {
+        #[prost(int32, tag = "1")]
+        pub exit_code: i32,
+        #[prost(bool, tag = "3")]
+        pub not_complete: bool,
     }
 
     #[derive(Clone, PartialEq, Message)]
@@ -772,6 +783,20 @@ impl WandbRun {
                                     push(&mut poll.batch, open, at, &why);
                                 }
                             }
+                            // A clean exit ends the run at its last row: an end marker,
+                            // placed by the in-order pass (`derive::MARK`), so the critic
+                            // says "finished at step N", not stale. A later launch (a
+                            // resume) writes rows after it, which carry no total: the run
+                            // is live again. A crash (non-zero code) ends nothing.
+                            if let Some(x) = rec.exit {
+                                if x.exit_code == 0 && !x.not_complete && open.rows > 0 {
+                                    poll.batch.records.push(super::Record {
+                                        step: super::derive::MARK,
+                                        time: None,
+                                        values: [None; 11],
+                                    });
+                                }
+                            }
                         }
                         Err(e) => push(
                             &mut poll.batch,
@@ -928,8 +953,49 @@ mod tests {
         (4.0 / (1.0 + 0.01 * s) + 0.5) * (1.0 + 0.01 * (1.7 * s).sin())
     }
 
+    /// A clean exit's end: its marker as the reader hands it on, or the sample at the last
+    /// row's step carrying only the total that the in-order pass makes of it.
+    fn is_end(r: &crate::metrics::Record) -> bool {
+        r.step == crate::metrics::derive::MARK
+            || (r.values.iter().flatten().count() == 1
+                && r.get("total_steps") == Some(r.step as f64))
+    }
+
+    /// The rows' steps (a clean exit's end is no row).
     fn steps(poll: &Poll) -> Vec<u64> {
-        poll.batch.records.iter().map(|r| r.step).collect()
+        poll.batch
+            .records
+            .iter()
+            .filter(|r| !is_end(r))
+            .map(|r| r.step)
+            .collect()
+    }
+
+    /// A run that called `finish()` ends at its last row (the exit record, placed by the
+    /// in-order pass); a resumed run's first launch's exit is followed by the second's rows,
+    /// which carry no total, and the second launch's own exit ends it.
+    #[test]
+    fn a_clean_exit_ends_the_run_at_its_last_row() {
+        let all = crate::metrics::read_all(&fixture("normal"), LogFormat::Wandb, &metrics())
+            .unwrap()
+            .samples;
+        let last = all.last().unwrap();
+        assert_eq!((last.step, last.get("total_steps")), (149, Some(149.0)));
+        assert!(all[..all.len() - 1]
+            .iter()
+            .all(|s| s.get("total_steps").is_none()));
+        let tailed = read(&fixture("normal"));
+        assert!(is_end(tailed.batch.records.last().unwrap()));
+        let resumed = crate::metrics::read_all(&fixture("resumed"), LogFormat::Wandb, &metrics())
+            .unwrap()
+            .samples;
+        let ends: Vec<u64> = resumed
+            .iter()
+            .filter(|s| s.get("total_steps").is_some())
+            .map(|s| s.step)
+            .collect();
+        assert_eq!(ends, [39, 79], "each launch's exit, at its last row");
+        assert_eq!(resumed.last().unwrap().step, 79);
     }
 
     fn read(path: &Path) -> Poll {
@@ -1088,6 +1154,7 @@ mod tests {
                 proto::Record {
                     history: Some(h),
                     run: None,
+                    exit: None,
                 }
                 .encode_to_vec()
             })
@@ -1151,7 +1218,7 @@ mod tests {
             let poll = read(&path);
             assert_eq!(poll.batch.garbage_total, 0, "{:?}", poll.batch.garbage);
             assert_eq!(steps(&poll), (0..150).collect::<Vec<_>>(), "{path:?}");
-            for r in &poll.batch.records {
+            for r in poll.batch.records.iter().filter(|r| !is_end(r)) {
                 let want = loss_at(r.step);
                 let loss = r.get("loss").unwrap();
                 assert!(
@@ -1366,7 +1433,7 @@ mod tests {
         let poll = read(&fixture("resumed"));
         assert_eq!(poll.batch.garbage_total, 0);
         assert_eq!(steps(&poll), (0..80).collect::<Vec<_>>());
-        for r in &poll.batch.records {
+        for r in poll.batch.records.iter().filter(|r| !is_end(r)) {
             assert!(
                 (r.get("loss").unwrap() - loss_at(r.step)).abs() < 1e-12,
                 "{}",
