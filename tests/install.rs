@@ -557,6 +557,69 @@ fn wheel_builds_for_glibc_2_17_and_runs_the_quick_start_from_a_venv_without_rust
         out.trim().starts_with(&venv.display().to_string()),
         "{report}"
     );
+    // `uv tool install` and `pipx install`, as the README says, from the wheel file alone:
+    // each puts `roger` in its own bin directory, which then runs as the venv's did.
+    let tools = env.path("tools");
+    let home = env.path("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let installers: [(&str, Vec<String>, Vec<(&str, PathBuf)>); 2] = [
+        (
+            "uv",
+            vec!["tool".into(), "install".into(), "--offline".into()],
+            vec![
+                ("UV_TOOL_DIR", tools.join("uv")),
+                ("UV_TOOL_BIN_DIR", tools.join("uv-bin")),
+                ("UV_CACHE_DIR", tools.join("uv-cache")),
+            ],
+        ),
+        (
+            "pipx",
+            vec!["install".into(), "--pip-args=--no-index".into()],
+            vec![
+                ("PIPX_HOME", tools.join("pipx")),
+                ("PIPX_BIN_DIR", tools.join("pipx-bin")),
+                ("PIPX_MAN_DIR", tools.join("pipx-man")),
+            ],
+        ),
+    ];
+    for (tool, args, dirs) in installers {
+        if !have(tool, &["--version"]) {
+            missing(
+                &test,
+                tool,
+                &format!("pip install {tool} (.ci/run pins it)"),
+            );
+            continue;
+        }
+        let mut install = Command::new(tool);
+        install
+            .args(&args)
+            .arg(wheel)
+            .env("HOME", &home)
+            .env("UV_PYTHON_DOWNLOADS", "never")
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+            .stdin(Stdio::null());
+        for (k, v) in &dirs {
+            install.env(k, v);
+        }
+        let out = install.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{tool} install: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bin_dir = &dirs[1].1;
+        let (code, out, report) = sh(&format!(
+            "{}/roger --version && {0}/roger --config roger.example.toml critic --once",
+            bin_dir.display()
+        ));
+        assert_eq!(code, Some(0), "{tool}: {report}");
+        assert!(
+            out.starts_with(&version_line(commit.as_deref())),
+            "{tool}: {report}"
+        );
+    }
     // Last, so that a binary that grew still shows whether everything else works.
     assert!(
         elf.len() <= 15 << 20,
