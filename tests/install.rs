@@ -562,7 +562,9 @@ fn wheel_builds_for_glibc_2_17_and_runs_the_quick_start_from_a_venv_without_rust
     let tools = env.path("tools");
     let home = env.path("home");
     std::fs::create_dir_all(&home).unwrap();
-    let installers: [(&str, Vec<String>, Vec<(&str, PathBuf)>); 2] = [
+    // (tool, its install arguments, its directories by variable: its own, the bin, one more)
+    type Installer<'a> = (&'a str, Vec<String>, Vec<(&'a str, PathBuf)>);
+    let installers: [Installer; 2] = [
         (
             "uv",
             vec!["tool".into(), "install".into(), "--offline".into()],
