@@ -222,6 +222,34 @@ pub fn line_parser(format: LogFormat, m: &MetricsConfig) -> Result<Option<Box<dy
     })
 }
 
+/// Reopen `path` to go on reading at `offset`, as a carried-over read remembers it, or say why
+/// not: another file now (device and inode `id`), shorter than `offset`, or rewritten in place
+/// (`still_holds`).
+pub fn reopen_at(
+    path: &Path,
+    id: (u64, u64),
+    offset: u64,
+    head: &[u8],
+    before: &[u8],
+) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::File::open(path).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let meta = file.metadata().map_err(|e| format!("stat: {e}"))?;
+    if (meta.dev(), meta.ino()) != id {
+        return Err(format!("{} is another file now", path.display()));
+    }
+    if meta.len() < offset {
+        return Err(format!("{} was truncated", path.display()));
+    }
+    if !still_holds(&file, head, before, offset) {
+        return Err(format!(
+            "{} was rewritten (bytes already read changed)",
+            path.display()
+        ));
+    }
+    Ok(file)
+}
+
 /// Whether `file` still holds `head` at its start and `before` just before `offset`: the
 /// bytes a carried-over read remembers to notice a file rewritten in place.
 pub fn still_holds(file: &std::fs::File, head: &[u8], before: &[u8], offset: u64) -> bool {

@@ -663,20 +663,8 @@ impl WandbRun {
 
     /// Go on where `p` stood, or say why not (another file, shorter, rewritten).
     pub fn resume(&mut self, p: &WandbPlace) -> Result<(), String> {
-        let file = File::open(&p.path).map_err(|e| format!("opening {}: {e}", p.path.display()))?;
-        let meta = file.metadata().map_err(|e| format!("stat: {e}"))?;
-        if (meta.dev(), meta.ino()) != (p.dev, p.ino) {
-            return Err(format!("{} is another file now", p.path.display()));
-        }
-        if meta.len() < p.offset {
-            return Err(format!("{} was truncated", p.path.display()));
-        }
-        if !crate::metrics::still_holds(&file, &p.head, &p.before, p.offset) {
-            return Err(format!(
-                "{} was rewritten (bytes already read changed)",
-                p.path.display()
-            ));
-        }
+        let file =
+            crate::metrics::reopen_at(&p.path, (p.dev, p.ino), p.offset, &p.head, &p.before)?;
         self.open = Some(OpenFile {
             path: p.path.clone(),
             file,
