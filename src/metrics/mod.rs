@@ -222,6 +222,16 @@ pub fn line_parser(format: LogFormat, m: &MetricsConfig) -> Result<Option<Box<dy
     })
 }
 
+/// The up to `len` bytes of `file` right before `offset`: what a carried-over read remembers
+/// (with the file's head) so that `reopen_at` notices a file rewritten in place.
+pub fn bytes_before(file: &std::fs::File, offset: u64, len: usize) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let start = offset.saturating_sub(len as u64);
+    let mut before = vec![0u8; (offset - start) as usize];
+    file.read_exact_at(&mut before, start).ok()?;
+    Some(before)
+}
+
 /// Reopen `path` to go on reading at `offset`, as a carried-over read remembers it, or say why
 /// not: another file now (device and inode `id`), shorter than `offset`, or rewritten in place
 /// (`still_holds`).

@@ -171,9 +171,7 @@ impl EventLog {
     /// read); `None` before a file was opened.
     pub fn place(&self) -> Option<EventsPlace> {
         let open = self.open.as_ref()?;
-        let start = open.offset.saturating_sub(HEAD as u64);
-        let mut before = vec![0u8; (open.offset - start) as usize];
-        open.file.read_exact_at(&mut before, start).ok()?;
+        let before = crate::metrics::bytes_before(&open.file, open.offset, HEAD)?;
         Some(EventsPlace {
             path: open.path.clone(),
             dev: open.id.0,
