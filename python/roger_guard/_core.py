@@ -184,6 +184,19 @@ def _signum(sig):
     return num
 
 
+def _warn_if_not_resumed(global_step, is_zero, how):
+    """For the callbacks, when training starts: `roger watch` relaunched from a checkpoint
+    (ROGER_RESUME_STEP) but the trainer starts at step 0, so the resume was forgotten; say on
+    stderr, from the main process only, ``how`` to resume."""
+    want = resume_step()
+    if want and global_step == 0 and is_zero:
+        print(
+            f"roger_guard: ROGER_RESUME_CKPT is step {want} but the Trainer starts at step 0: "
+            f"{how}",
+            file=sys.stderr,
+        )
+
+
 def _arm_save_signal(sig):
     """For the callbacks: under `[preempt]` (ROGER_SAVE_NOW set), install the flag handler for
     ``sig`` unless the program already handles it."""

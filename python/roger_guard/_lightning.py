@@ -42,14 +42,12 @@ def make(pl):
 
         def on_train_start(self, trainer, pl_module):
             _core._arm_save_signal(self.save_signal)
-            want = _core.resume_step()
-            if want and trainer.global_step == 0 and trainer.is_global_zero:
-                print(
-                    f"roger_guard: ROGER_RESUME_CKPT is step {want} but the Trainer starts at "
-                    "step 0: call roger_guard.lightning.fit(trainer, model) or pass "
-                    "ckpt_path=roger_guard.resume_checkpoint()",
-                    file=sys.stderr,
-                )
+            _core._warn_if_not_resumed(
+                trainer.global_step,
+                trainer.is_global_zero,
+                "call roger_guard.lightning.fit(trainer, model) or pass "
+                "ckpt_path=roger_guard.resume_checkpoint()",
+            )
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             step = trainer.global_step

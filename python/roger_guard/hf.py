@@ -64,14 +64,12 @@ class RogerCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         _core._arm_save_signal(self.save_signal)
-        want = _core.resume_step()
-        if want and state.global_step == 0 and state.is_world_process_zero:
-            print(
-                f"roger_guard: ROGER_RESUME_CKPT is step {want} but the Trainer starts at step 0: "
-                "call roger_guard.hf.train(trainer) or pass "
-                "resume_from_checkpoint=roger_guard.resume_checkpoint()",
-                file=sys.stderr,
-            )
+        _core._warn_if_not_resumed(
+            state.global_step,
+            state.is_world_process_zero,
+            "call roger_guard.hf.train(trainer) or pass "
+            "resume_from_checkpoint=roger_guard.resume_checkpoint()",
+        )
 
     def on_step_end(self, args, state, control, **kwargs):
         self._step_end = (state.global_step, time.monotonic())
