@@ -1,9 +1,11 @@
 //! Positioned I/O on a checkpoint file, O_DIRECT or buffered. The verify re-read is O_DIRECT,
 //! so the bytes hashed are the device's, not the page cache's; where a filesystem refuses
 //! O_DIRECT (EINVAL: some 9p/drvfs/FUSE mounts) it falls back to buffered reads of pages
-//! dropped first. The copy reads and writes buffered (readahead keeps the device busy; issue
-//! 27 measured O_DIRECT slower there), starting write-back every 64 MiB so the fsync has
-//! little left; the staging copy's pages are dropped before its re-read.
+//! dropped first. The copy reads its source buffered (readahead keeps the device busy, and a
+//! fresh checkpoint is often still cached) and writes the staging copy with O_DIRECT from
+//! huge-page buffers, or buffered where the kernel offers no huge pages (issue 27 measured
+//! O_DIRECT from 4 KiB pages slower), starting write-back every 64 MiB so the fsync has little
+//! left; the staging copy's pages are dropped before its re-read.
 
 use super::io::{AlignedBuf, ALIGN};
 use anyhow::{Context, Result};
