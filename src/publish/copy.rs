@@ -24,21 +24,23 @@ use std::sync::{mpsc, Arc, Mutex};
 /// chunks in flight.
 pub const CHUNK: usize = 4 << 20;
 const IN_FLIGHT: usize = 8;
-/// Reads in flight at once. One: the source is read through the page cache, whose
-/// readahead keeps the device busy (measured on the 2-CPU virtio VM of issue 27 in the same
-/// runs: faster than O_DIRECT source reads one or three at a time, which have none).
-const READERS: usize = 1;
+/// Reads in flight at once through the page cache: one, whose readahead keeps the device busy
+/// (measured on the 2-CPU virtio VM of issue 27: faster than O_DIRECT reads from small pages
+/// one or three at a time, which have none).
+const READERS_BUFFERED: usize = 1;
+/// O_DIRECT reads in flight at once (no readahead: the next request must already be queued).
+const READERS_DIRECT: usize = 2;
 /// Writes in flight at once into the preallocated staging file: under O_DIRECT, with one the
 /// device idles while each 4 MiB write waits for its completion.
 const WRITERS: usize = 2;
 
-/// Read `len` bytes with `read(buf, offset, want)` on `READERS` threads at once, hash them
+/// Read `len` bytes with `read(buf, offset, want)` on `readers` threads at once, hash them
 /// in order on one thread and hand each chunk to `sink(chunk, offset)` on `WRITERS` threads,
 /// so reading, hashing and writing overlap and several requests are in flight. `IN_FLIGHT`
 /// buffers of `CHUNK` bytes bound the memory. Returns the whole-file SHA-256, the byte count
 /// and the chain marks. A source that ends before `len` is an error (it changed while being
 /// copied); the first error stops the readers and is returned.
-pub fn pump_at<R, S>(len: u64, read: R, sink: S) -> io::Result<Marks>
+pub fn pump_at<R, S>(len: u64, readers: usize, read: R, sink: S) -> io::Result<Marks>
 where
     R: Fn(&mut [u8], u64, usize) -> io::Result<usize> + Sync,
     S: Fn(&[u8], u64) -> io::Result<()> + Sync,
@@ -98,7 +100,7 @@ where
             });
         }
         let (free_rx, next, read) = (&free_rx, &next, &read);
-        for _ in 0..lanes(READERS) {
+        for _ in 0..lanes(readers) {
             let (free, hash_tx, sink_tx) = (free_tx.clone(), hash_tx.clone(), sink_tx.clone());
             s.spawn(move || loop {
                 // A buffer is free again once both the hasher and a writer returned it.
@@ -168,13 +170,22 @@ pub fn copy_file(src: &Path, dst: &Path) -> Result<Marks> {
         .metadata()
         .with_context(|| format!("reading {}", src.display()))?
         .len();
-    let _ = nix::fcntl::posix_fadvise(
-        input.as_raw_fd(),
-        0,
-        0,
-        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL,
-    );
-    let input = direct::DirectFile::buffered(input);
+    let input = if cold_source(&input, len) {
+        direct::DirectFile::new(input)
+    } else {
+        let _ = nix::fcntl::posix_fadvise(
+            input.as_raw_fd(),
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL,
+        );
+        direct::DirectFile::buffered(input)
+    };
+    let readers = if input.direct() {
+        READERS_DIRECT
+    } else {
+        READERS_BUFFERED
+    };
     let out = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -198,6 +209,7 @@ pub fn copy_file(src: &Path, dst: &Path) -> Result<Marks> {
     };
     let marks = pump_at(
         len,
+        readers,
         |buf, off, want| input.read_at(buf, off, want),
         |chunk, off| {
             writer.write_at(chunk, off)?;
@@ -218,6 +230,17 @@ pub fn copy_file(src: &Path, dst: &Path) -> Result<Marks> {
     }
     close(out).with_context(|| format!("closing {}", dst.display()))?;
     Ok(marks)
+}
+
+/// Read the source with O_DIRECT: most of it is not in the page cache (mincore), so every
+/// byte comes from the device either way, and O_DIRECT into the huge-page buffers skips the
+/// page cache's copy (about a third of a cold publish's CPU in `perf`) and fills no cache.
+/// A checkpoint just saved is usually cached, often still dirty: read through the cache
+/// (O_DIRECT would first force its write-back and then read it from the device).
+fn cold_source(f: &File, len: u64) -> bool {
+    len > 0
+        && super::io::thp_available()
+        && resident_pages(f, len).is_some_and(|(resident, total)| resident * 2 < total)
 }
 
 /// fsync; an error is final for this file (never retried: the kernel reports a write-back
@@ -273,6 +296,7 @@ pub fn reread_from_disk(path: &Path) -> Result<Reread> {
     let reader = direct::DirectFile::new(f);
     let marks = pump_at(
         len,
+        READERS_BUFFERED,
         |buf, off, want| reader.read_at(buf, off, want),
         |chunk, _| {
             super::progress::add(chunk.len() as u64);
@@ -296,10 +320,11 @@ mod tests {
     use sha2::{Digest, Sha256};
 
     /// `pump_at` over bytes in memory: (marks, what the sink got, laid out by offset).
-    fn pump_mem(data: &[u8], len: u64) -> io::Result<(Marks, Vec<u8>)> {
+    fn pump_mem(data: &[u8], len: u64, readers: usize) -> io::Result<(Marks, Vec<u8>)> {
         let out = Mutex::new(vec![0u8; data.len()]);
         let m = pump_at(
             len,
+            readers,
             |buf, off, want| {
                 let o = (off as usize).min(data.len());
                 let k = want.min(data.len() - o);
@@ -321,11 +346,11 @@ mod tests {
         let data: Vec<u8> = (0..(CHUNK * (IN_FLIGHT + 3) + 12345))
             .map(|i| (i % 251) as u8 ^ (i / CHUNK) as u8)
             .collect();
-        let (m, seen) = pump_mem(&data, data.len() as u64).unwrap();
+        let (m, seen) = pump_mem(&data, data.len() as u64, 3).unwrap();
         assert_eq!(m.size, data.len() as u64);
         assert!(seen == data, "the sink got every chunk at its offset");
         assert_eq!(m.sha256, crate::digest::hex(&Sha256::digest(&data)));
-        let (m, _) = pump_mem(b"", 0).unwrap();
+        let (m, _) = pump_mem(b"", 0, 1).unwrap();
         assert_eq!(m.size, 0);
         assert_eq!(m.sha256, crate::digest::hex(&Sha256::digest(b"")));
     }
@@ -336,6 +361,7 @@ mod tests {
         let len = data.len() as u64;
         let err = pump_at(
             len,
+            2,
             |_, _, want| Ok(want),
             |_, _| Err(io::Error::other("disk full")),
         )
@@ -344,6 +370,7 @@ mod tests {
         // A read error in the middle, while other readers hold buffers.
         let err = pump_at(
             len,
+            2,
             |_, off, want| {
                 if off == 5 * CHUNK as u64 {
                     Err(io::Error::other("EIO"))
@@ -355,8 +382,9 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.to_string(), "EIO");
-        // A source that shrank while being copied.
-        let err = pump_mem(&data[..CHUNK + 10], len).unwrap_err();
+        // A source that shrank while being copied (one reader: the first short read is the
+        // first error).
+        let err = pump_mem(&data[..CHUNK + 10], len, 1).unwrap_err();
         assert!(
             err.to_string()
                 .contains(&format!("ended at byte {} of {len}", CHUNK + 10)),
@@ -416,6 +444,33 @@ mod tests {
             data,
             "bytes and size, padded tail cut"
         );
+
+        // A cold source (its pages dropped) is read with O_DIRECT where huge pages back the
+        // buffers: it is still not cached afterwards, and the copy holds the same bytes.
+        let f = File::open(&src).unwrap();
+        f.sync_all().unwrap();
+        let _ = nix::fcntl::posix_fadvise(
+            f.as_raw_fd(),
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        );
+        let dst2 = dir.path().join(".roger-staging-z");
+        let m2 = copy_file(&src, &dst2).unwrap();
+        assert_eq!((&m2.sha256, m2.size), (&m.sha256, m.size));
+        let (resident, total) = resident_pages(&f, data.len() as u64).unwrap();
+        if super::super::io::thp_available() && !direct_refused {
+            assert!(
+                resident < 8,
+                "O_DIRECT source reads: {resident}/{total} cached"
+            );
+        } else if !direct_refused {
+            assert!(
+                resident > total / 2,
+                "buffered source reads: {resident}/{total} cached"
+            );
+        }
+        assert_eq!(std::fs::read(&dst2).unwrap(), data);
     }
 
     #[test]
