@@ -153,9 +153,10 @@ where
 /// Copy `src` into the new file `dst` (created O_EXCL), hashing in the same pass; fsync and
 /// close with both errors checked. On error the caller discards `dst`: an fsync error is never
 /// retried on the same file (the kernel reports write-back failure once; the pages may be gone).
-/// The source is read through the page cache with sequential readahead: a checkpoint just
-/// saved is usually still cached, and a cold one gains little from O_DIRECT reads (f731360
-/// read it that way and left the device idle between requests). The staging copy goes into
+/// The source is read through the page cache with sequential readahead where half or more
+/// of it is cached (a checkpoint just saved usually is), else with O_DIRECT, two reads in
+/// flight, into the same huge-page buffers (`cold_source`; O_DIRECT reads from small pages,
+/// f731360, left the device idle between requests). The staging copy goes into
 /// space reserved up front where the filesystem can (`fallocate`), written with O_DIRECT from
 /// the pipeline's huge-page buffers (`io::AlignedBuf`) where the kernel offers huge pages:
 /// measured side by side on the 2-core virtio VM (issue 27, page cache dropped, medians of 3),
@@ -234,7 +235,8 @@ pub fn copy_file(src: &Path, dst: &Path) -> Result<Marks> {
 
 /// Read the source with O_DIRECT: most of it is not in the page cache (mincore), so every
 /// byte comes from the device either way, and O_DIRECT into the huge-page buffers skips the
-/// page cache's copy (about a third of a cold publish's CPU in `perf`) and fills no cache.
+/// page cache's copy (29% of a cold 8-shard publish's samples in `perf`) and fills no cache.
+/// Same rotation (issue 27): 8 shards 9.62 s against 10.11 s, CPU 6.17 s against 7.81 s.
 /// A checkpoint just saved is usually cached, often still dirty: read through the cache
 /// (O_DIRECT would first force its write-back and then read it from the device).
 fn cold_source(f: &File, len: u64) -> bool {
