@@ -70,6 +70,26 @@ pub fn ended_at(samples: &[Sample]) -> Option<u64> {
     end_line.then_some(last.step)
 }
 
+/// A fitted total past the log's last step, where the log's newest lr already sits on the
+/// fitted floor as printed: the run finished (the critic judges it so: `stale::ended_on_floor`).
+fn ended_on_floor(
+    f: &fit::Fit,
+    lr: &[(u64, f64)],
+    declared: Option<u64>,
+    last: u64,
+) -> Option<String> {
+    let t = f.schedule.total_steps.filter(|&t| declared.is_none() && last < t)?;
+    let &(at, v) = lr.last()?;
+    let resolution = crate::critic::stale::printed_resolution(lr.iter().map(|p| p.1))?;
+    crate::critic::stale::ended_on_floor(&f.schedule, t, at, v, resolution).then(|| {
+        format!(
+            "the log's lr reached the fitted schedule's floor at step {at}, {} step(s) before the fitted total {t}, closer than its printed lr (±{}) can tell: the run finished",
+            t - at,
+            crate::critic::fmt(resolution)
+        )
+    })
+}
+
 pub fn infer(input: &Input) -> Proposal {
     let lr: Vec<(u64, f64)> = input
         .samples
@@ -122,7 +142,10 @@ pub fn infer(input: &Input) -> Proposal {
         (None, None) => {}
     }
     match &fit {
-        FitOutcome::Fitted(f) => summary.push(format!("schedule: {}", fit_words(f))),
+        FitOutcome::Fitted(f) => {
+            summary.push(format!("schedule: {}", fit_words(f)));
+            summary.extend(ended_on_floor(f, &lr, total, last));
+        }
         FitOutcome::Refused(why) => summary.push(format!("schedule: not proposed: {why}")),
     }
     for p in &phases {
@@ -443,6 +466,33 @@ mod tests {
             time: None,
             values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         }
+    }
+
+    /// Issue 36 defect 6: llm.c's cosine printed to 6 decimals, logged up to step 19552: the
+    /// fitted total lies past the last step, the lr is on the floor: init says the run finished.
+    #[test]
+    fn a_fit_whose_floor_the_log_already_reached_says_finished() {
+        use crate::config::{ScheduleConfig, ScheduleKind};
+        let t = ScheduleConfig {
+            kind: ScheduleKind::Cosine,
+            peak_lr: 6e-4,
+            warmup_steps: 700,
+            total_steps: Some(19560),
+            ..Default::default()
+        };
+        let printed = |x: f64| (x * 1e6).round() / 1e6;
+        let lr: Vec<(u64, f64)> = (0..=19552u64)
+            .step_by(8)
+            .map(|s| (s, printed(crate::schedule::expected(&t, s))))
+            .collect();
+        let fit::FitOutcome::Fitted(f) = fit::fit(&lr, None) else {
+            panic!()
+        };
+        let said = ended_on_floor(&f, &lr, None, 19552).expect("finished");
+        assert!(said.contains("reached the fitted schedule's floor at step 19552"), "{said}");
+        assert!(ended_on_floor(&f, &lr, Some(19560), 19552).is_none(), "declared: said apart");
+        let mid: Vec<(u64, f64)> = lr.iter().copied().filter(|p| p.0 <= 15000).collect();
+        assert!(ended_on_floor(&f, &mid, None, 15000).is_none(), "mid-run");
     }
 
     /// A run that ended early (fairseq stopped by patience, Megatron by --exit-interval): its
