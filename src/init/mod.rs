@@ -78,7 +78,10 @@ fn ended_on_floor(
     declared: Option<u64>,
     last: u64,
 ) -> Option<String> {
-    let t = f.schedule.total_steps.filter(|&t| declared.is_none() && last < t)?;
+    let t = f
+        .schedule
+        .total_steps
+        .filter(|&t| declared.is_none() && last < t)?;
     let &(at, v) = lr.last()?;
     let resolution = crate::critic::stale::printed_resolution(lr.iter().map(|p| p.1))?;
     crate::critic::stale::ended_on_floor(&f.schedule, t, at, v, resolution).then(|| {
@@ -489,8 +492,14 @@ mod tests {
             panic!()
         };
         let said = ended_on_floor(&f, &lr, None, 19552).expect("finished");
-        assert!(said.contains("reached the fitted schedule's floor at step 19552"), "{said}");
-        assert!(ended_on_floor(&f, &lr, Some(19560), 19552).is_none(), "declared: said apart");
+        assert!(
+            said.contains("reached the fitted schedule's floor at step 19552"),
+            "{said}"
+        );
+        assert!(
+            ended_on_floor(&f, &lr, Some(19560), 19552).is_none(),
+            "declared: said apart"
+        );
         let mid: Vec<(u64, f64)> = lr.iter().copied().filter(|p| p.0 <= 15000).collect();
         assert!(ended_on_floor(&f, &mid, None, 15000).is_none(), "mid-run");
     }
