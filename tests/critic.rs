@@ -493,7 +493,7 @@ fn finished_hf_run_is_not_stale_hours_later_but_a_short_one_is() {
 #[test]
 fn run_ended_on_its_schedules_floor_is_finished_not_stale() {
     let ended = std::time::UNIX_EPOCH + Duration::from_secs(1_714_521_600);
-    let text = std::fs::read_to_string(fixture("real/text-llmc-gpt2-124m-end.txt")).unwrap();
+    let text = std::fs::read_to_string(fixture("slices/llmc-gpt2-124m-end.txt")).unwrap();
     let upto = |last: &str| -> String {
         let end = text.find(last).expect("step in fixture");
         let end = end + text[end..].find('\n').unwrap() + 1;

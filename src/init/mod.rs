@@ -5,6 +5,7 @@
 pub mod bands;
 pub mod detect;
 pub mod fit;
+pub mod fit_steps;
 
 use crate::config::{kind_name, LogFormat, ScheduleConfig};
 use crate::metrics::{Sample, LR};
@@ -243,8 +244,18 @@ fn fit_words(f: &fit::Fit) -> String {
         lr_value(s.min_lr),
         s.total_steps.map_or("-".into(), |t| t.to_string()),
         s.decay_steps
-            .map_or(String::new(), |d| format!(", decay {d}"))
-    )
+            .map_or(String::new(), |d| format!(", decay {d}")),
+    ) + &staircase_words(s)
+}
+
+/// A step/multistep fit's drops, for the summary line.
+fn staircase_words(s: &ScheduleConfig) -> String {
+    let gamma = s.gamma.map_or(String::new(), |g| format!(" by x{g}"));
+    match (s.step_size, &s.milestones) {
+        (Some(k), _) => format!(", drops every {k} steps{gamma}"),
+        (_, Some(m)) => format!(", drops at {m:?} steps after warmup{gamma}"),
+        _ => String::new(),
+    }
 }
 
 /// A regex as a TOML string: a literal string (no escapes to read) unless it holds a quote.
@@ -390,7 +401,7 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
         o,
         "kind",
         &format!("{:?}", kind_name(s.kind)),
-        &format!("best of constant, linear, cosine, inverse-sqrt, wsd{runner}"),
+        &format!("best of constant, linear, cosine, inverse-sqrt, wsd, step, multistep{runner}"),
     );
     line(
         o,
@@ -412,6 +423,30 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
             "decay_steps",
             &d.to_string(),
             "fitted: the final decay's length",
+        );
+    }
+    if let Some(k) = s.step_size {
+        line(
+            o,
+            "step_size",
+            &k.to_string(),
+            "read off the log: steps between drops, counted from the warmup's end",
+        );
+    }
+    if let Some(m) = &s.milestones {
+        line(
+            o,
+            "milestones",
+            &format!("{m:?}"),
+            "read off the log: where the lr drops, in steps after the warmup's end",
+        );
+    }
+    if let Some(g) = s.gamma {
+        line(
+            o,
+            "gamma",
+            &format!("{g}"),
+            "read off the log: each drop's factor",
         );
     }
     line(
