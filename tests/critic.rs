@@ -486,6 +486,44 @@ fn finished_hf_run_is_not_stale_hours_later_but_a_short_one_is() {
     }
 }
 
+/// Issue 36 defect 6: the real llm.c GPT-2 124M run at step 19552, whose lr has printed
+/// 0.000000 since step 19214, against the cosine total 19560 init fits from its lr column,
+/// judged two hours after its last line: finished on the schedule's floor, not stale. The same
+/// log stopped at step 18999 (lr 0.000001, one printed unit above the floor) stays stale.
+#[test]
+fn run_ended_on_its_schedules_floor_is_finished_not_stale() {
+    let ended = std::time::UNIX_EPOCH + Duration::from_secs(1_714_521_600);
+    let text = std::fs::read_to_string(fixture("slices/llmc-gpt2-124m-end.txt")).unwrap();
+    let upto = |last: &str| -> String {
+        let end = text.find(last).expect("step in fixture");
+        let end = end + text[end..].find('\n').unwrap() + 1;
+        text[..end].to_string()
+    };
+    for (log, want, words) in [
+        (
+            upto("s:19552 trl:"),
+            "pass",
+            "finished at step 19552: the lr reached the schedule's floor 0 at step 19552, 8 step(s) before its total_steps = 19560",
+        ),
+        (
+            upto("s:18999 trl:"),
+            "fail",
+            "no new step for 2h (step 18999)",
+        ),
+    ] {
+        let env = Env::new();
+        env.write(
+            "roger.toml",
+            "[run]\nname = \"llmc\"\nlog = \"main.log\"\nformat = \"text\"\n[metrics]\npatterns = [\n  { regex = 's:(?P<step>\\d+) trl:(?P<loss>[0-9.]+) lr:(?P<lr>[0-9.]+) norm:(?P<grad_norm>[0-9.]+)' },\n  { regex = 's:(?P<step>\\d+) tel:(?P<eval_loss>[0-9.]+)' },\n]\n[schedule]\nkind = \"cosine\"\npeak_lr = 6e-4\nmin_lr = 0.0\nwarmup_steps = 700\ntotal_steps = 19560\ntolerance = 0.02\n[[phase]]\nname = \"main\"\nfrom = 700\nstale = \"1h\"\nwindow = 50\n",
+        );
+        let path = env.write("main.log", &log);
+        let v = judged_two_hours_after(&env, &path, ended);
+        let stale = check(&v, "stale");
+        assert_eq!(stale["status"], want, "{v:#}");
+        assert!(stale["reason"].as_str().unwrap().contains(words), "{v:#}");
+    }
+}
+
 /// `critic --once --json` at 2024-05-01T02:00Z on a log last written at `ended`.
 fn judged_two_hours_after(env: &Env, log: &std::path::Path, ended: std::time::SystemTime) -> Value {
     std::fs::File::options()

@@ -981,3 +981,73 @@ fn init_on_the_real_corpus() {
         "logs without expected values in tests/fixtures/real/init.expect.toml (write what their source states): {missing:?}"
     );
 }
+
+/// Issue 37 point 6: a staircase lr (detectron2's WarmupMultiStepLR: warmup 1000 to 0.02,
+/// x0.1 at 60k and 80k) is fitted as `multistep` with its milestones, checked, and judged:
+/// the run passes, the same run with the lr doubled after the first drop fails the lr check.
+#[test]
+fn init_fits_a_staircase_lr_and_the_critic_judges_it() {
+    let lr_at = |s: u64| -> f64 {
+        if s < 1000 {
+            0.02 * (0.001 + 0.999 * s as f64 / 1000.0)
+        } else {
+            0.02 * 0.1f64.powi(i32::from(s >= 60000) + i32::from(s >= 80000))
+        }
+    };
+    let log = |factor_after: f64| -> String {
+        (0..=4500u64)
+            .map(|i| i * 20)
+            .map(|s| {
+                let f = if s >= 65000 { factor_after } else { 1.0 };
+                let loss = 2.0 / (1.0 + s as f64 / 20000.0);
+                format!(
+                    "{{\"step\": {s}, \"loss\": {loss:.4}, \"lr\": {:e}}}\n",
+                    f * lr_at(s)
+                )
+            })
+            .collect()
+    };
+    let env = Env::new();
+    env.write("metrics.jsonl", log(1.0));
+    let init = env.run(&["init", "--log", "metrics.jsonl"]).expect(0);
+    let cfg = env.read("roger.toml");
+    assert!(
+        cfg.contains("kind = \"multistep\""),
+        "{cfg}\n{}",
+        init.report()
+    );
+    assert!(cfg.contains("milestones = [59000, 79000]"), "{cfg}");
+    assert!(cfg.contains("gamma = 0.1"), "{cfg}");
+    assert!(
+        init.stderr()
+            .contains("drops at [59000, 79000] steps after warmup by x0.1"),
+        "{}",
+        init.report()
+    );
+    env.run(&["check"]).expect(0);
+    let judged = env.run(&[
+        "critic",
+        "--once",
+        "--json",
+        "--now",
+        "2024-05-01T00:00:00Z",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(judged.stdout().trim()).unwrap();
+    assert_eq!(check(&judged.stdout(), "lr")["status"], "pass", "{v:#}");
+    env.write("doubled.jsonl", log(2.0));
+    let bad = env.run(&[
+        "critic",
+        "--once",
+        "--json",
+        "--log",
+        "doubled.jsonl",
+        "--now",
+        "2024-05-01T00:00:00Z",
+    ]);
+    assert_eq!(
+        check(&bad.stdout(), "lr")["status"],
+        "fail",
+        "{}",
+        bad.report()
+    );
+}

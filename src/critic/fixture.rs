@@ -57,6 +57,7 @@ pub fn obs_with(samples: Vec<(u64, Vec<(&str, f64)>)>) -> Observation {
             })
             .collect(),
         run_lr: Vec::new(),
+        lr_resolution: None,
         evals: vec![],
         last_sample_at: Some(1_700_000_000.0),
         advanced_at: Some(1_700_000_000.0),

@@ -101,7 +101,9 @@ pub fn num(v: f64) -> Value {
 /// band is no divergence. 2: a declared check with too little data says so (an eval check
 /// with 2 evals < eval_window 3 is waiting, not "not declared"). Replay judges an old record
 /// by its old rules.
-pub const RULES: u32 = 2;
+/// 3: a run whose newest logged lr sits on its schedule's floor, where the schedule has
+/// nothing left to tell apart before its total (`stale::ended_on_floor`), has finished.
+pub const RULES: u32 = 3;
 
 /// Why a check is `unknown` without deciding the verdict (it stays `unknown`: never `pass`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -311,6 +313,10 @@ pub struct Observation {
     /// it: the window alone was judged).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub run_lr: Vec<(u64, Num)>,
+    /// Half a unit in the last decimal the run's logged lr shows (rules >= 3): how close to
+    /// its schedule's floor a logged lr can be told apart (`stale::printed_resolution`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr_resolution: Option<Num>,
     pub evals: Vec<EvalPoint>,
     /// Time of the newest sample, and of the first sample at the newest step.
     pub last_sample_at: Option<f64>,

@@ -311,10 +311,21 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
         .as_ref()
         .and_then(|s| s.total_steps)
         .or(h.total_steps);
-    let finished = h
-        .last_step
-        .zip(total_steps)
-        .is_some_and(|(step, total)| step >= total);
+    let lr_resolution = super::stale::printed_resolution(
+        h.lr_run
+            .iter()
+            .map(|p| p.1)
+            .chain(window.iter().filter_map(|x| x.get("lr"))),
+    );
+    let newest_lr = window
+        .iter()
+        .rev()
+        .find_map(|x| Some((x.step, x.get("lr")?)));
+    let finished = h.last_step.zip(total_steps).is_some_and(|(step, total)| {
+        step >= total
+            || matches!((&schedule, newest_lr, lr_resolution), (Some(s), Some((at, lr)), Some(r))
+                if super::stale::ended_on_floor(s, total, at, lr, r))
+    });
     let run_lr = match (&schedule, window.first()) {
         (Some(s), Some(first)) if finished => h.run_lr(s, first.step),
         _ => Vec::new(),
@@ -327,6 +338,7 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
         schedule,
         total_steps,
         run_lr,
+        lr_resolution: lr_resolution.map(Num),
         quiet: cfg.quiet.iter().map(Quiet::from).collect(),
         settings: settings(cfg),
         window,

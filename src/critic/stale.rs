@@ -62,6 +62,11 @@ pub fn stale(obs: &Observation) -> Option<CheckResult> {
             );
         }
     }
+    if obs.rules >= 3 {
+        if let Some(done) = at_the_floor(obs, step) {
+            return Some(done);
+        }
+    }
     let Some(advanced_at) = obs.advanced_at else {
         return Some(CheckResult::new(
             "stale",
@@ -145,6 +150,78 @@ pub fn stale(obs: &Observation) -> Option<CheckResult> {
     Some(r.observed(observed).expected(expected))
 }
 
+/// A run whose logged lr has reached its schedule's floor, at a step the schedule puts on that
+/// floor too as far as the log's printed lr can tell, has finished: a fitted total is only as
+/// exact as the lr column that fed it (llm.c prints 6 decimals, so its cosine reads 0.000000
+/// for the last ~350 steps, and the fit's total can sit a few steps past the last one).
+/// Only schedules that end on their floor (cosine, linear, wsd, polynomial, one-cycle) end
+/// this way. `resolution`: see [`printed_resolution`].
+pub fn ended_on_floor(
+    s: &crate::config::ScheduleConfig,
+    total: u64,
+    lr_step: u64,
+    lr: f64,
+    resolution: f64,
+) -> bool {
+    use crate::config::ScheduleKind as K;
+    if !matches!(
+        s.kind,
+        K::Cosine | K::Linear | K::Wsd | K::Polynomial | K::OneCycle
+    ) || lr_step >= total
+    {
+        return false;
+    }
+    let floor = crate::schedule::expected(s, total);
+    let on_floor = |v: f64| v.is_finite() && (v - floor).abs() <= resolution;
+    floor < s.peak_lr && on_floor(lr) && on_floor(crate::schedule::expected(s, lr_step))
+}
+
+/// Half a unit in the last decimal place the logged lr values show (their shortest decimal
+/// form, at most 12 places): `0.000430` and `0.000429` say 6 decimals, so ±5e-7. None
+/// without a non-zero lr.
+pub fn printed_resolution(lrs: impl Iterator<Item = f64>) -> Option<f64> {
+    let decimals = lrs
+        .filter(|v| v.is_finite() && *v != 0.0)
+        .map(|v| {
+            let text = format!("{}", v.abs());
+            text.split_once('.')
+                .map_or(0, |(_, frac)| frac.len())
+                .min(12)
+        })
+        .max()?;
+    Some(0.5 * 10f64.powi(-(decimals as i32)))
+}
+
+/// [`ended_on_floor`] for the observation's newest logged lr (rules >= 3).
+fn at_the_floor(obs: &Observation, step: u64) -> Option<CheckResult> {
+    let s = obs.schedule.as_ref()?;
+    let total = obs.total_steps.or(s.total_steps)?;
+    let resolution = obs.lr_resolution?.0;
+    let (lr_step, lr) = obs
+        .window
+        .iter()
+        .rev()
+        .find_map(|x| Some((x.step, x.get("lr")?)))?;
+    if !ended_on_floor(s, total, lr_step, lr, resolution) {
+        return None;
+    }
+    let floor = crate::schedule::expected(s, total);
+    Some(
+        CheckResult::new(
+            "stale",
+            Status::Pass,
+            format!(
+                "finished at step {step}: the lr reached the schedule's floor {} at step {lr_step}, {} step(s) before its total_steps = {total}, closer than the log's lr (printed to ±{}) can tell apart; no more samples expected",
+                super::fmt(floor),
+                total - lr_step,
+                super::fmt(resolution)
+            ),
+        )
+        .observed(json!({"step": step, "lr_step": lr_step, "lr": lr}))
+        .expected(json!({"total_steps": total, "floor": floor, "resolution": resolution})),
+    )
+}
+
 fn secs(s: f64) -> String {
     use crate::config::units::{duration_from_secs, format_duration};
     format_duration(duration_from_secs(s))
@@ -220,6 +297,85 @@ mod tests {
         apply(&mut checks);
         assert_eq!(checks[0].status, Status::Unknown);
         assert_eq!(checks[1].status, Status::Fail);
+    }
+
+    #[test]
+    fn printed_resolution_is_half_the_last_decimal_shown() {
+        let r = |v: &[f64]| printed_resolution(v.iter().copied());
+        assert_eq!(r(&[0.00043, 0.000429, 0.0]), Some(5e-7));
+        assert_eq!(r(&[0.1, 0.25]), Some(0.005));
+        assert_eq!(r(&[1.2345678901234e-5]), Some(5e-13), "capped at 12 places");
+        assert_eq!(r(&[0.0, f64::NAN]), None, "no non-zero lr: unknown");
+    }
+
+    /// llm.c's cosine (peak 6e-4, warmup 700, total 19560) printed to 6 decimals.
+    #[test]
+    fn on_the_floor_only_where_the_schedule_has_nothing_left_to_show() {
+        use crate::config::{ScheduleConfig, ScheduleKind};
+        let mut s = ScheduleConfig {
+            kind: ScheduleKind::Cosine,
+            peak_lr: 6e-4,
+            warmup_steps: 700,
+            total_steps: Some(19560),
+            ..Default::default()
+        };
+        let r = 5e-7;
+        assert!(ended_on_floor(&s, 19560, 19552, 0.0, r));
+        assert!(ended_on_floor(&s, 19560, 19300, 0.0, r), "within ±5e-7");
+        assert!(!ended_on_floor(&s, 19560, 18999, 1e-6, r), "one unit above");
+        assert!(
+            !ended_on_floor(&s, 19560, 10000, 0.0, r),
+            "lr 0 mid-run: off schedule, not done"
+        );
+        assert!(
+            !ended_on_floor(&s, 19560, 19560, 0.0, r),
+            "at the total: the plain rule"
+        );
+        s.min_lr = 6e-5;
+        assert!(ended_on_floor(&s, 19560, 19552, 6e-5, r), "a floor above 0");
+        s.kind = ScheduleKind::Constant;
+        assert!(
+            !ended_on_floor(&s, 19560, 19552, 6e-4, r),
+            "constant: no floor to end on"
+        );
+    }
+
+    #[test]
+    fn ended_on_the_floor_is_finished_from_rules_3_only() {
+        use crate::config::{ScheduleConfig, ScheduleKind};
+        let mut o = obs_with(vec![
+            (19540, vec![("loss", 3.2), ("lr", 0.0)]),
+            (19552, vec![("loss", 3.2), ("lr", 0.0)]),
+        ]);
+        o.schedule = Some(ScheduleConfig {
+            kind: ScheduleKind::Cosine,
+            peak_lr: 6e-4,
+            warmup_steps: 700,
+            total_steps: Some(19560),
+            ..Default::default()
+        });
+        o.lr_resolution = Some(super::super::Num(5e-7));
+        o.now += 7200.0;
+        let r = stale(&o).unwrap();
+        assert_eq!(r.status, Status::Pass, "{}", r.reason);
+        assert!(
+            r.reason.starts_with("finished at step 19552"),
+            "{}",
+            r.reason
+        );
+        o.rules = 2;
+        assert_eq!(
+            stale(&o).unwrap().status,
+            Status::Fail,
+            "an old record replays as before"
+        );
+        o.rules = 3;
+        o.lr_resolution = None;
+        assert_eq!(
+            stale(&o).unwrap().status,
+            Status::Fail,
+            "no printed lr to tell"
+        );
     }
 
     #[test]

@@ -163,6 +163,12 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
             let sc = score(&s, &sparse);
             scored.push((s, sc));
         }
+        // Staircases are read off the log's levels, not searched (fit_steps).
+        if let Some(s) = super::fit_steps::fit(&pts, STEP_SLACK, BASE_TOLERANCE) {
+            let s = rounder(s, &sparse, total.is_some(), last);
+            let sc = score(&s, &sparse);
+            scored.push((s, sc));
+        }
     }
     if scored.is_empty() {
         return FitOutcome::Refused(
@@ -565,14 +571,21 @@ fn rounder(
             }
         }
     }
-    if let Some(w) = rounder_steps(s.warmup_steps).into_iter().find(|&w| {
-        s.total_steps.is_none_or(|t| w < t)
-            && ok(&ScheduleConfig {
-                warmup_steps: w,
-                ..s.clone()
-            })
-    }) {
-        s.warmup_steps = w;
+    // A staircase's milestones count from the warmup's end: its drops stay where they are.
+    let with_warmup = |s: &ScheduleConfig, w: u64| ScheduleConfig {
+        warmup_steps: w,
+        milestones: s.milestones.as_ref().map(|m| {
+            m.iter()
+                .map(|&x| (x + s.warmup_steps).saturating_sub(w))
+                .collect()
+        }),
+        ..s.clone()
+    };
+    if let Some(w) = rounder_steps(s.warmup_steps)
+        .into_iter()
+        .find(|&w| s.total_steps.is_none_or(|t| w < t) && ok(&with_warmup(&s, w)))
+    {
+        s = with_warmup(&s, w);
     }
     if let Some(t) = s.total_steps.filter(|_| !total_declared) {
         // Never rounded below the log's last step (the run would seem to overrun it).

@@ -5,6 +5,7 @@
 pub mod bands;
 pub mod detect;
 pub mod fit;
+pub mod fit_steps;
 
 use crate::config::{kind_name, LogFormat, ScheduleConfig};
 use crate::metrics::{Sample, LR};
@@ -70,6 +71,29 @@ pub fn ended_at(samples: &[Sample]) -> Option<u64> {
     end_line.then_some(last.step)
 }
 
+/// A fitted total past the log's last step, where the log's newest lr already sits on the
+/// fitted floor as printed: the run finished (the critic judges it so: `stale::ended_on_floor`).
+fn ended_on_floor(
+    f: &fit::Fit,
+    lr: &[(u64, f64)],
+    declared: Option<u64>,
+    last: u64,
+) -> Option<String> {
+    let t = f
+        .schedule
+        .total_steps
+        .filter(|&t| declared.is_none() && last < t)?;
+    let &(at, v) = lr.last()?;
+    let resolution = crate::critic::stale::printed_resolution(lr.iter().map(|p| p.1))?;
+    crate::critic::stale::ended_on_floor(&f.schedule, t, at, v, resolution).then(|| {
+        format!(
+            "the log's lr reached the fitted schedule's floor at step {at}, {} step(s) before the fitted total {t}, closer than its printed lr (±{}) can tell: the run finished",
+            t - at,
+            crate::critic::fmt(resolution)
+        )
+    })
+}
+
 pub fn infer(input: &Input) -> Proposal {
     let lr: Vec<(u64, f64)> = input
         .samples
@@ -122,7 +146,10 @@ pub fn infer(input: &Input) -> Proposal {
         (None, None) => {}
     }
     match &fit {
-        FitOutcome::Fitted(f) => summary.push(format!("schedule: {}", fit_words(f))),
+        FitOutcome::Fitted(f) => {
+            summary.push(format!("schedule: {}", fit_words(f)));
+            summary.extend(ended_on_floor(f, &lr, total, last));
+        }
         FitOutcome::Refused(why) => summary.push(format!("schedule: not proposed: {why}")),
     }
     for p in &phases {
@@ -217,8 +244,18 @@ fn fit_words(f: &fit::Fit) -> String {
         lr_value(s.min_lr),
         s.total_steps.map_or("-".into(), |t| t.to_string()),
         s.decay_steps
-            .map_or(String::new(), |d| format!(", decay {d}"))
-    )
+            .map_or(String::new(), |d| format!(", decay {d}")),
+    ) + &staircase_words(s)
+}
+
+/// A step/multistep fit's drops, for the summary line.
+fn staircase_words(s: &ScheduleConfig) -> String {
+    let gamma = s.gamma.map_or(String::new(), |g| format!(" by x{g}"));
+    match (s.step_size, &s.milestones) {
+        (Some(k), _) => format!(", drops every {k} steps{gamma}"),
+        (_, Some(m)) => format!(", drops at {m:?} steps after warmup{gamma}"),
+        _ => String::new(),
+    }
 }
 
 /// A regex as a TOML string: a literal string (no escapes to read) unless it holds a quote.
@@ -364,7 +401,7 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
         o,
         "kind",
         &format!("{:?}", kind_name(s.kind)),
-        &format!("best of constant, linear, cosine, inverse-sqrt, wsd{runner}"),
+        &format!("best of constant, linear, cosine, inverse-sqrt, wsd, step, multistep{runner}"),
     );
     line(
         o,
@@ -386,6 +423,30 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
             "decay_steps",
             &d.to_string(),
             "fitted: the final decay's length",
+        );
+    }
+    if let Some(k) = s.step_size {
+        line(
+            o,
+            "step_size",
+            &k.to_string(),
+            "read off the log: steps between drops, counted from the warmup's end",
+        );
+    }
+    if let Some(m) = &s.milestones {
+        line(
+            o,
+            "milestones",
+            &format!("{m:?}"),
+            "read off the log: where the lr drops, in steps after the warmup's end",
+        );
+    }
+    if let Some(g) = s.gamma {
+        line(
+            o,
+            "gamma",
+            &format!("{g}"),
+            "read off the log: each drop's factor",
         );
     }
     line(
@@ -443,6 +504,39 @@ mod tests {
             time: None,
             values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         }
+    }
+
+    /// Issue 36 defect 6: llm.c's cosine printed to 6 decimals, logged up to step 19552: the
+    /// fitted total lies past the last step, the lr is on the floor: init says the run finished.
+    #[test]
+    fn a_fit_whose_floor_the_log_already_reached_says_finished() {
+        use crate::config::{ScheduleConfig, ScheduleKind};
+        let t = ScheduleConfig {
+            kind: ScheduleKind::Cosine,
+            peak_lr: 6e-4,
+            warmup_steps: 700,
+            total_steps: Some(19560),
+            ..Default::default()
+        };
+        let printed = |x: f64| (x * 1e6).round() / 1e6;
+        let lr: Vec<(u64, f64)> = (0..=19552u64)
+            .step_by(8)
+            .map(|s| (s, printed(crate::schedule::expected(&t, s))))
+            .collect();
+        let fit::FitOutcome::Fitted(f) = fit::fit(&lr, None) else {
+            panic!()
+        };
+        let said = ended_on_floor(&f, &lr, None, 19552).expect("finished");
+        assert!(
+            said.contains("reached the fitted schedule's floor at step 19552"),
+            "{said}"
+        );
+        assert!(
+            ended_on_floor(&f, &lr, Some(19560), 19552).is_none(),
+            "declared: said apart"
+        );
+        let mid: Vec<(u64, f64)> = lr.iter().copied().filter(|p| p.0 <= 15000).collect();
+        assert!(ended_on_floor(&f, &mid, None, 15000).is_none(), "mid-run");
     }
 
     /// A run that ended early (fairseq stopped by patience, Megatron by --exit-interval): its
