@@ -36,6 +36,10 @@ const KINDS: [ScheduleKind; 5] = [
     ScheduleKind::Wsd,
 ];
 
+/// Polynomial decays fitted beside the kinds, by exponent: 0.9 is mmseg/DeepLab's `poly`,
+/// 2 and 0.5 the squared and square-root decays (power 1 is `linear`).
+const POWERS: [f64; 3] = [0.9, 2.0, 0.5];
+
 #[derive(Debug, Clone)]
 pub struct Fit {
     pub schedule: ScheduleConfig,
@@ -104,7 +108,7 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
                 continue;
             }
             let mut s = schedule_of(
-                kind,
+                Shape { kind, power: None },
                 Params {
                     w: warmup,
                     t: total.unwrap_or(0),
@@ -124,8 +128,15 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
             t_lo: (pts[top].0 + 1).max(last / 4).max(2),
             t_hi: last.max(1).saturating_mul(20),
         };
-        for kind in KINDS {
-            let Some((mut s, p0, e0)) = fit_kind(kind, &space, &sparse, None) else {
+        let shapes = KINDS
+            .map(|kind| Shape { kind, power: None })
+            .into_iter()
+            .chain(POWERS.map(|p| Shape {
+                kind: ScheduleKind::Polynomial,
+                power: Some(p),
+            }));
+        for shape in shapes {
+            let Some((mut s, p0, e0)) = fit_kind(shape, &space, &sparse, None) else {
                 continue;
             };
             // Loggers print the lr of a step or a few before (HF: the step before; under
@@ -153,7 +164,7 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
                 if best.sqrt() <= 1e-7 * max_lr {
                     break;
                 }
-                if let Some((c, _, e)) = fit_kind(kind, &space, &shifted, Some(start)) {
+                if let Some((c, _, e)) = fit_kind(shape, &space, &shifted, Some(start)) {
                     if mse(e, shifted.len()) < 0.5 * best {
                         (s, best, on) = (c, mse(e, shifted.len()), shifted);
                     }
@@ -267,14 +278,25 @@ fn unit(kind: ScheduleKind, w: u64, t: Option<u64>, d: Option<u64>) -> ScheduleC
 fn has_floor(kind: ScheduleKind) -> bool {
     matches!(
         kind,
-        ScheduleKind::Linear | ScheduleKind::Cosine | ScheduleKind::Wsd
+        ScheduleKind::Linear | ScheduleKind::Cosine | ScheduleKind::Wsd | ScheduleKind::Polynomial
     )
 }
 
-fn schedule_of(kind: ScheduleKind, p: Params) -> ScheduleConfig {
+/// A kind to fit, with a polynomial's exponent (fixed per candidate, not searched).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Shape {
+    kind: ScheduleKind,
+    power: Option<f64>,
+}
+
+fn schedule_of(shape: Shape, p: Params) -> ScheduleConfig {
+    let kind = shape.kind;
     let t = needs_total_or(kind).then_some(p.t);
     let d = (kind == ScheduleKind::Wsd).then_some(p.d);
-    unit(kind, p.w, t, d)
+    ScheduleConfig {
+        power: shape.power,
+        ..unit(kind, p.w, t, d)
+    }
 }
 
 /// Least squares peak and min for a shape: `lr = peak·a + min·b`, where in the warmup
@@ -340,8 +362,8 @@ fn solve(shape: &ScheduleConfig, pts: &[(u64, f64)], fixed_peak: Option<f64>) ->
     (peak, min, sse)
 }
 
-fn sse_at(kind: ScheduleKind, p: Params, pts: &[(u64, f64)]) -> f64 {
-    solve(&schedule_of(kind, p), pts, None).2
+fn sse_at(shape: Shape, p: Params, pts: &[(u64, f64)]) -> f64 {
+    solve(&schedule_of(shape, p), pts, None).2
 }
 
 /// The best curve of one kind: a coarse grid over the integer parameters, then a local
@@ -349,11 +371,12 @@ fn sse_at(kind: ScheduleKind, p: Params, pts: &[(u64, f64)]) -> f64 {
 /// placed (no room for a decay after the warmup). From `start`, only the local search, with
 /// small first steps. Returns the curve, its integer parameters and its squared error.
 fn fit_kind(
-    kind: ScheduleKind,
+    shape: Shape,
     sp: &Space,
     pts: &[(u64, f64)],
     start: Option<Params>,
 ) -> Option<(ScheduleConfig, Params, f64)> {
+    let kind = shape.kind;
     let needs_t = needs_total_or(kind);
     let w_min = u64::from(kind == ScheduleKind::InverseSqrt);
     let w_grid: Vec<u64> = {
@@ -386,7 +409,7 @@ fn fit_kind(
                 if !valid(p) {
                     continue;
                 }
-                let e = sse_at(kind, p, pts);
+                let e = sse_at(shape, p, pts);
                 if best.is_none_or(|b| e < b.1) {
                     best = Some((p, e));
                 }
@@ -402,7 +425,7 @@ fn fit_kind(
     let small = start.is_some();
     let inner = |from: Params| -> (Params, f64) {
         let mut p = from;
-        let mut e = sse_at(kind, p, pts);
+        let mut e = sse_at(shape, p, pts);
         let first = |x: u64| if small { 2 } else { x.max(1) };
         let mut st = if t_free { first(p.t / 10) } else { 0 };
         let mut sd = if wsd { first(p.d / 4) } else { 0 };
@@ -432,7 +455,7 @@ fn fit_kind(
                 if !valid(q) {
                     continue;
                 }
-                let eq = sse_at(kind, q, pts);
+                let eq = sse_at(shape, q, pts);
                 if eq < e {
                     (p, e, improved) = (q, eq, true);
                 }
@@ -485,7 +508,7 @@ fn fit_kind(
             sw = (sw / 2).max(1);
         }
     }
-    let mut s = schedule_of(kind, p);
+    let mut s = schedule_of(shape, p);
     let (peak, min, _) = solve(&s, pts, None);
     if peak <= 0.0 || !peak.is_finite() {
         return None;
@@ -897,6 +920,50 @@ mod tests {
         assert!((19560..=19600).contains(&total), "{:?}", f.schedule);
         assert_eq!(f.schedule.kind, ScheduleKind::Cosine);
         assert_eq!(f.schedule.warmup_steps, 700, "{:?}", f.schedule);
+    }
+
+    /// Issue 37 point 6: mmseg's `PolyLR` (power 0.9, floor 1e-4) over 80k iterations, and
+    /// a squared decay with a warmup, come back as polynomials with their power; an exact
+    /// linear decay stays linear (power 1 is the simpler kind).
+    #[test]
+    fn polynomial_decays_are_fitted_with_their_power() {
+        for (power, warmup, peak, min) in [(0.9, 0, 0.01, 1e-4), (2.0, 500, 3e-4, 0.0)] {
+            let t = ScheduleConfig {
+                kind: ScheduleKind::Polynomial,
+                peak_lr: peak,
+                min_lr: min,
+                warmup_steps: warmup,
+                total_steps: Some(80000),
+                power: Some(power),
+                ..Default::default()
+            };
+            let pts: Vec<(u64, f64)> = (0..=1600u64)
+                .map(|i| (i * 50, schedule::expected(&t, i * 50)))
+                .collect();
+            let FitOutcome::Fitted(f) = fit(&pts, None) else {
+                panic!("power {power}: refused")
+            };
+            let s = &f.schedule;
+            assert_eq!(
+                (s.kind, s.power),
+                (ScheduleKind::Polynomial, Some(power)),
+                "{s:?}"
+            );
+            assert_eq!(s.total_steps, Some(80000), "{s:?}");
+            assert!((s.peak_lr - peak).abs() <= 1e-3 * peak, "{s:?}");
+            assert!(f.rms < 1e-3, "{}", f.rms);
+        }
+        let linear = ScheduleConfig {
+            kind: ScheduleKind::Linear,
+            peak_lr: 1e-3,
+            warmup_steps: 100,
+            total_steps: Some(5000),
+            ..Default::default()
+        };
+        let FitOutcome::Fitted(f) = fit(&sample(&linear, 10, 5000), None) else {
+            panic!()
+        };
+        assert_eq!(f.schedule.kind, ScheduleKind::Linear, "{:?}", f.schedule);
     }
 
     #[test]

@@ -245,12 +245,16 @@ fn fit_words(f: &fit::Fit) -> String {
         s.total_steps.map_or("-".into(), |t| t.to_string()),
         s.decay_steps
             .map_or(String::new(), |d| format!(", decay {d}")),
-    ) + &staircase_words(s)
+    ) + &shape_words(s)
 }
 
-/// A step/multistep fit's drops, for the summary line.
-fn staircase_words(s: &ScheduleConfig) -> String {
+/// The fitted shape's own numbers (a polynomial's power, a staircase's drops), for the
+/// summary line.
+fn shape_words(s: &ScheduleConfig) -> String {
     let gamma = s.gamma.map_or(String::new(), |g| format!(" by x{g}"));
+    if let Some(p) = s.power {
+        return format!(", power {p}");
+    }
     match (s.step_size, &s.milestones) {
         (Some(k), _) => format!(", drops every {k} steps{gamma}"),
         (_, Some(m)) => format!(", drops at {m:?} steps after warmup{gamma}"),
@@ -401,7 +405,7 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
         o,
         "kind",
         &format!("{:?}", kind_name(s.kind)),
-        &format!("best of constant, linear, cosine, inverse-sqrt, wsd, step, multistep{runner}"),
+        &format!("best of constant, linear, cosine, inverse-sqrt, wsd, polynomial (power 0.9, 2, 0.5), step, multistep{runner}"),
     );
     line(
         o,
@@ -423,6 +427,14 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
             "decay_steps",
             &d.to_string(),
             "fitted: the final decay's length",
+        );
+    }
+    if let Some(p) = s.power {
+        line(
+            o,
+            "power",
+            &format!("{p}"),
+            "the polynomial's exponent that fits best",
         );
     }
     if let Some(k) = s.step_size {
