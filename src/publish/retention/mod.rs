@@ -160,6 +160,8 @@ pub mod rules;
 pub use rules::{vouched, Vouch};
 
 #[cfg(test)]
+pub(crate) mod case;
+#[cfg(test)]
 pub(crate) mod cases;
 #[cfg(test)]
 mod tests;
