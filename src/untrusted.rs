@@ -291,6 +291,7 @@ fn read_records(records: &[LedgerRecord]) {
         let guard = crate::publish::retention::Guard {
             latest: None,
             rollback_margin: 10,
+            bucket: None,
         };
         crate::publish::retention::plan(records, run, Path::new("/ck"), &policy, &guard, &mut ok);
         crate::sentinel::calibrate::prior_gap(records, run);
@@ -347,6 +348,7 @@ pub fn latest_json(scratch: &Path, b: &[u8]) -> bool {
     let guard = crate::publish::retention::Guard {
         latest: Some(l.target(scratch)),
         rollback_margin: 10,
+        bucket: Some("s3://ckpts/r/".into()),
     };
     let mut ok = |_: &Checkpoint| Ok(());
     crate::publish::retention::plan(&[], "r", scratch, &Default::default(), &guard, &mut ok);

@@ -176,6 +176,55 @@ fn hygiene_clean_in_place_never_destroys_a_binary_file() {
     );
 }
 
+/// Issue 36 item 7: keys that must come in an order were accepted out of it (`[preempt]
+/// margin` longer than `sigterm_window` passed `roger check`: the hand-off would never wait for
+/// the save). Each is an error naming the file, the line of the first key it names, both keys
+/// and what is expected; the same values in order load.
+#[test]
+fn config_keys_that_must_come_in_order_are_refused_naming_both() {
+    let env = Env::new();
+    let base = CONFIG.lines().count();
+    for (section, line, needles, fixed) in [
+        (
+            "[preempt]\nsigterm_window = \"30s\"\nmargin = \"40s\"",
+            base + 3,
+            &["[preempt] expected margin < sigterm_window", "margin = 40s", "sigterm_window = 30s"][..],
+            "[preempt]\nsigterm_window = \"30s\"\nmargin = \"20s\"",
+        ),
+        (
+            "[preempt]\nsigterm_window = \"10s\"",
+            base + 2,
+            &["[preempt] expected margin < sigterm_window", "margin = 10s", "sigterm_window = 10s"],
+            "[preempt]\nsigterm_window = \"11s\"",
+        ),
+        (
+            "[preempt]\nsigterm = false\nmargin = \"3m\"\nslurm_window = \"2m\"",
+            base + 3,
+            &["[preempt] expected margin < slurm_window", "margin = 3m", "slurm_window = 2m"],
+            "[preempt]\nsigterm = false\nmargin = \"3m\"\nslurm_signal = \"\"\nslurm_end_time = false",
+        ),
+        (
+            "[watch]\nbackoff_max = \"2m\"\nbackoff_initial = \"10m\"",
+            base + 3,
+            &["[watch] expected backoff_initial <= backoff_max", "backoff_initial = 10m", "backoff_max = 2m"],
+            "[watch]\nbackoff_max = \"10m\"\nbackoff_initial = \"10m\"",
+        ),
+    ] {
+        env.write("roger.toml", format!("{CONFIG}{section}\n"));
+        let at = format!("roger.toml:{line}:1: ");
+        let mut all = vec![at.as_str()];
+        all.extend(needles);
+        clear_error(env.run(&["check"]), 3, &all);
+        env.write("roger.toml", format!("{CONFIG}{fixed}\n"));
+        let r = env.run(&["check"]);
+        assert!(
+            !r.stderr().contains("roger: error:"),
+            "{fixed:?} is in order\n{}",
+            r.report()
+        );
+    }
+}
+
 #[test]
 fn config_numbers_that_cannot_mean_anything_are_refused_at_load() {
     let env = Env::new();

@@ -467,3 +467,94 @@ fn regress_against_a_baseline_ledger() {
     .expect(3)
     .stderr_has("give the baseline run's metrics log instead");
 }
+
+/// Issue 36 item 1: with a bucket configured, `hygiene disk --prune` removed local
+/// checkpoints whose bucket copy was never verified (the bucket rule lived only in publish's
+/// caller). The bucket here is a closed loopback port: nothing can ever be verified, so
+/// nothing may go, and each checkpoint the policy would have removed says why it stays.
+#[test]
+fn prune_keeps_every_checkpoint_whose_bucket_copy_is_not_verified() {
+    let env = Env::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    env.write(
+        "roger.toml",
+        format!(
+            "[run]\nname = \"r\"\nlog = \"train.log\"\ncheckpoint_dir = \"ck\"\n\n\
+             [publish]\nkeep_last = 1\nremote = \"s3://ckpts/prune/\"\n\n\
+             [remote]\nendpoint = \"http://127.0.0.1:{port}\"\nmax_retries = 1\ntimeout = \"2s\"\n\n\
+             [disk]\nwarn_free = \"1KB\"\nfail_free = \"0\"\nprune_goal_free = \"100TB\"\n"
+        ),
+    );
+    std::fs::create_dir_all(env.path("ck")).unwrap();
+    let roger = |args: &[&str]| {
+        let mut c = env.cmd(args);
+        crate::util::s3::apply_env(&mut c);
+        c.env("ROGER_UPLOAD_BACKOFF_MS", "20");
+        env.run_cmd(c, args)
+    };
+    for step in [100, 200, 300] {
+        let src = env.write(&format!("out/ckpt-{step}.bin"), format!("weights {step}"));
+        roger(&[
+            "publish",
+            src.to_str().unwrap(),
+            "--step",
+            &step.to_string(),
+            "--no-prune",
+        ])
+        .expect(0);
+    }
+    let r = roger(&["hygiene", "disk", "--prune"]).expect(0);
+    assert!(
+        r.stdout().contains("removed 0 checkpoint(s)"),
+        "{}",
+        r.report()
+    );
+    for step in [100, 200, 300] {
+        assert!(
+            env.path(&format!("ck/ckpt-{step}.bin")).exists(),
+            "ckpt-{step}.bin was pruned with no verified bucket copy\n{}",
+            r.report()
+        );
+    }
+    // Why each checkpoint the policy alone would remove is kept: on stderr...
+    for step in [100, 200] {
+        let line = r
+            .stderr()
+            .lines()
+            .find(|l| l.contains(&format!("ckpt-{step}.bin")))
+            .map(str::to_string);
+        let line = line.unwrap_or_else(|| panic!("no word on ckpt-{step}.bin\n{}", r.report()));
+        assert!(
+            line.contains("s3://ckpts/prune/") && line.contains("not verified"),
+            "{line}"
+        );
+    }
+    // ... and in the ledger, with no prune record.
+    let records = Ledger::new(env.path("roger-ledger.jsonl"))
+        .records()
+        .unwrap();
+    assert!(records.iter().all(|r| r.kind != Kind::Prune));
+    let kept = records
+        .iter()
+        .rev()
+        .find(|r| r.kind == Kind::Note && r.str_field("event") == Some("prune-kept"))
+        .expect("a prune-kept note");
+    let kept = kept.get("kept").and_then(|k| k.as_array()).unwrap();
+    for step in [100, 200] {
+        let k = kept
+            .iter()
+            .find(|k| {
+                k["path"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(&format!("ckpt-{step}.bin"))
+            })
+            .unwrap_or_else(|| panic!("ckpt-{step}.bin missing from {kept:?}"));
+        assert!(k["why"].as_str().unwrap().contains("not verified"), "{k}");
+    }
+    roger(&["ledger", "verify"]).expect(0);
+}

@@ -179,6 +179,61 @@ fn init_never_overwrites_without_force() {
         .stdout_has("format = \"csv\"");
 }
 
+/// Issue 36 item 3: `init --force` truncated roger.toml in place, so a crash mid-write lost the
+/// user's config. Killed by the kernel in the middle of its write (a 64-byte file size limit:
+/// SIGXFSZ), it must leave the old file whole, the same file; and a finished `--force` replaces
+/// the file by rename (a hard link to the old one keeps the old bytes), never rewriting it.
+#[test]
+fn init_force_replaces_by_rename_and_a_crash_mid_write_leaves_the_old_config() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    let log = repo_root().join("tests/fixtures/lightning_metrics.csv");
+    let log = log.to_str().unwrap();
+    let mine = "# mine: the config I tuned for a week\n[run]\nname = \"mine\"\n".repeat(4);
+    env.write("roger.toml", &mine);
+    let ino = std::fs::metadata(env.path("roger.toml")).unwrap().ino();
+    let args = ["init", "--log", log, "--force"];
+    let mut c = env.cmd(&args);
+    // SAFETY: setrlimit is async-signal-safe; the child only calls it before exec.
+    unsafe {
+        c.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let r = env.run_cmd(c, &args);
+    assert_eq!(
+        env.read("roger.toml"),
+        mine,
+        "a write cut short damaged the old config\n{}",
+        r.report()
+    );
+    assert_eq!(
+        std::fs::metadata(env.path("roger.toml")).unwrap().ino(),
+        ino
+    );
+    // Finished: a new file renamed over the old one, not the old one rewritten.
+    std::fs::hard_link(env.path("roger.toml"), env.path("old.toml")).unwrap();
+    env.run(&args).expect(0);
+    assert!(env.read("roger.toml").contains("[[phase]]"));
+    assert_eq!(
+        env.read("old.toml"),
+        mine,
+        "the old file was rewritten in place"
+    );
+    assert_ne!(
+        std::fs::metadata(env.path("roger.toml")).unwrap().ino(),
+        ino
+    );
+}
+
 #[test]
 fn init_finds_the_log_in_a_directory_and_says_why_it_cannot_read_one() {
     let env = Env::new();

@@ -274,6 +274,43 @@ fn the_binary_starts_through_rusts_own_main() {
     );
 }
 
+/// Issue 36 item 3: no file is rewritten in place outside `sys/fsx.rs` (a crash mid-write would
+/// leave it torn or empty: `init --force` lost the user's roger.toml that way). A file that is
+/// replaced goes through `fsx::write_atomic`; the few writes left are of new files, named here
+/// with why.
+#[test]
+fn no_file_is_rewritten_in_place_outside_fsx() {
+    let allowed: &[(&str, &str)] = &[
+        // The evidence hook's output: a new file per kill, streamed from the hook.
+        ("watch/child.rs", "File::create("),
+        // The fuzz entry points write scratch files of their own.
+        ("untrusted.rs", "fs::write("),
+    ];
+    let mut found = Vec::new();
+    for (path, text) in sources() {
+        let path = path.to_string_lossy().replace('\\', "/");
+        if path == "sys/fsx.rs" {
+            continue;
+        }
+        for needle in ["File::create(", "fs::write(", ".truncate(true)"] {
+            // A call of that name, not of one ending in it (`AtomicFile::create(`).
+            let called = text.match_indices(needle).any(|(at, _)| {
+                !text[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_')
+            });
+            if called && !allowed.contains(&(path.as_str(), needle)) {
+                found.push(format!("{path}: {needle}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "files written in place (use sys::fsx::write_atomic, or name a new file's write here): {found:#?}"
+    );
+}
+
 #[test]
 fn the_source_reader_drops_tests_and_comments() {
     let text = "use crate::a;\n// crate::b\n#[cfg(test)]\nmod tests {\n    use crate::c;\n    fn f() { { } }\n}\nuse crate::{d, e::f};\n#[cfg(test)]\nmod more;\n";

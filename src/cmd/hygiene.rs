@@ -41,8 +41,9 @@ pub enum HygieneAction {
 #[derive(Debug, Args)]
 pub struct DiskArgs {
     /// Apply the retention policy ([publish] keep_last/keep_every) until [disk]
-    /// prune_goal_free (else warn_free) is free. Never removes what latest.json points to,
-    /// the last good checkpoint, or anything quarantined; each removal is a ledger record.
+    /// prune_goal_free (else warn_free) is free. Keeps what publish's retention keeps (what
+    /// latest.json points to, the last good checkpoint, anything quarantined, with [publish]
+    /// remote anything whose bucket copy is not verified); each removal is a ledger record.
     #[arg(long)]
     pub prune: bool,
     /// With --prune: list what would be removed, remove nothing.
@@ -146,6 +147,14 @@ fn run_disk(global: &Global, a: DiskArgs) -> Result<u8> {
         };
         let records = ledger.records()?;
         let p = plan_prune(&cfg, &records, &report)?;
+        for k in &p.held {
+            crate::noteln!(
+                "roger: {} {}: {}",
+                if a.dry_run { "would keep" } else { "kept" },
+                k.path.display(),
+                k.why
+            );
+        }
         if !a.dry_run {
             prune::execute(&p, &ledger, &cfg.run.name, now)?;
             report = disk::check(&cfg, now)?;
@@ -172,30 +181,13 @@ fn plan_prune(
     report: &disk::DiskReport,
 ) -> Result<prune::PrunePlan> {
     let dir = cfg.checkpoint_dir()?;
-    // Ledger paths are absolute: compare like with like, or latest.json's target would not
-    // match its own publish record.
-    let abs_dir = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
-    let guard = crate::publish::retention::Guard {
-        latest: crate::publish::manifest::read(&dir)?.map(|l| l.target(&abs_dir)),
-        rollback_margin: cfg.watch.rollback_margin_steps,
-    };
     let avail = report
         .targets
         .iter()
         .find(|t| t.role == "checkpoints")
         .and_then(|t| t.avail)
         .with_context(|| format!("cannot measure free space at {}", dir.display()))?;
-    let goal = cfg.disk.prune_goal_free.unwrap_or(cfg.disk.warn_free).0;
-    Ok(prune::plan(
-        records,
-        &cfg.run.name,
-        &abs_dir,
-        &cfg.publish,
-        &guard,
-        &mut crate::checkpoints::verify_on_disk,
-        avail,
-        goal,
-    ))
+    prune::plan_for(cfg, records, avail)
 }
 
 fn print_disk(r: &disk::DiskReport) {

@@ -684,26 +684,34 @@ fn relative_to(log: &Path, dir: &Path) -> String {
 }
 
 /// Write the file; without --force an existing one is never replaced (create_new, so a file
-/// that appeared since the first check is not replaced either).
+/// that appeared since the first check is not replaced either). With --force the new file is
+/// written beside the old one and renamed over it (`fsx::write_atomic`, durable, the old
+/// file's mode kept): a crash mid-write leaves the user's config whole, never truncated.
 fn write_new(path: &Path, text: &str, force: bool) -> Result<()> {
     use std::io::Write;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true);
     if force {
-        opts.create(true).truncate(true);
-    } else {
-        opts.create_new(true);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).map_or(0o666, |m| m.permissions().mode() & 0o7777);
+        let how = crate::sys::fsx::Replace::new(crate::sys::fsx::Durability::Durable, mode);
+        // A directory that cannot be fsynced is warned about by fsx itself.
+        crate::sys::fsx::write_atomic(path, text.as_bytes(), how)
+            .with_context(|| format!("writing {}", path.display()))?;
+        return Ok(());
     }
-    let mut f = opts.open(path).with_context(|| {
-        if path.exists() && !force {
-            format!(
-                "{} exists; not overwriting it (pass --force)",
-                path.display()
-            )
-        } else {
-            format!("writing {}", path.display())
-        }
-    })?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .with_context(|| {
+            if path.exists() {
+                format!(
+                    "{} exists; not overwriting it (pass --force)",
+                    path.display()
+                )
+            } else {
+                format!("writing {}", path.display())
+            }
+        })?;
     f.write_all(text.as_bytes())
         .and_then(|_| f.sync_all())
         .with_context(|| format!("writing {}", path.display()))

@@ -25,7 +25,9 @@ pub fn run(args: ManArgs) -> anyhow::Result<u8> {
                 .with_context(|| format!("creating the man page directory {}", dir.display()))?;
             for page in pages(cmd) {
                 let path = dir.join(page.get_filename());
-                std::fs::write(&path, roff(&page)?)
+                // Replaced by rename: a crash never leaves an installed page torn.
+                let how = crate::sys::fsx::Replace::new(crate::sys::fsx::Durability::Atomic, 0o644);
+                crate::sys::fsx::write_atomic(&path, roff(&page)?.as_bytes(), how)
                     .with_context(|| format!("writing the man page {}", path.display()))?;
                 crate::outln!("{}", path.display());
             }

@@ -163,6 +163,39 @@ impl PreemptConfig {
         if self.cloud_poll.0.is_zero() || self.end_time_poll.0.is_zero() {
             return Err("[preempt] cloud_poll and end_time_poll must be more than 0s".into());
         }
+        self.check_margin()
+    }
+
+    /// `margin` is taken off every notice window before the hand-off stops waiting for the
+    /// save: it must be shorter than each window a notice may come with (SLURM's when a SLURM
+    /// signal or the job's end time is read, SIGTERM's unless `sigterm = false`), or the
+    /// hand-off never waits at all.
+    fn check_margin(&self) -> Result<(), String> {
+        use super::units::format_duration as d;
+        let mut windows = Vec::new();
+        if !self.slurm_signal.is_empty() || self.slurm_end_time {
+            windows.push((
+                "slurm_window",
+                self.slurm_window,
+                "set slurm_signal = \"\" and slurm_end_time = false if no SLURM notice comes here",
+            ));
+        }
+        if self.sigterm != Some(false) {
+            windows.push((
+                "sigterm_window",
+                self.sigterm_window,
+                "set sigterm = false if SIGTERM is no notice here",
+            ));
+        }
+        for (key, window, or) in windows {
+            if self.margin.0 >= window.0 {
+                return Err(format!(
+                    "[preempt] expected margin < {key} (the hand-off stops waiting for the save margin before the deadline the notice gives, so it would never wait), got margin = {} and {key} = {}; shorten margin, or {or}",
+                    d(self.margin.0),
+                    d(window.0)
+                ));
+            }
+        }
         Ok(())
     }
 }

@@ -203,6 +203,13 @@ pub(super) fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
         bail!("{file}: [critic] expected interval above 0");
     }
     let w = &raw.watch;
+    if w.backoff_initial.0 > w.backoff_max.0 {
+        bail!(
+            "{file}: [watch] expected backoff_initial <= backoff_max (the delay before a relaunch starts at backoff_initial and doubles up to backoff_max), got backoff_initial = {} and backoff_max = {}",
+            super::units::format_duration(w.backoff_initial.0),
+            super::units::format_duration(w.backoff_max.0)
+        );
+    }
     if w.hysteresis == 0 {
         bail!("{file}: [watch] expected hysteresis >= 1 sample");
     }

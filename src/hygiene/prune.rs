@@ -1,16 +1,18 @@
 //! `hygiene disk --prune`: free space by applying retention — the one rule,
-//! `publish::retention::plan`, that publish applies too (it never removes latest.json's
+//! `publish::retention::plan`, that publish applies too, every keep-rule included (latest.json's
 //! target, the last good checkpoint, the newest checkpoint before a standing critic fail, the
-//! newest one the critic's last pass vouched for, or anything quarantined) — taking its candidates oldest first only until the free-space goal is
-//! met. The caller holds the destination's publish lock. Each removal is a `prune` ledger
-//! record written before the bytes go.
+//! newest one the critic's last pass vouched for, anything quarantined, and, with a bucket
+//! configured, anything whose bucket copy is not verified) — taking its candidates oldest
+//! first only until the free-space goal is met. The caller holds the destination's publish
+//! lock. Each removal is a `prune` ledger record written before the bytes go; what a keep-rule
+//! holds back from the policy is one `note` record (`event: prune-kept`) saying why.
 
 use crate::checkpoints::Checkpoint;
-use crate::config::PublishConfig;
+use crate::config::{Config, PublishConfig};
 use crate::ledger::{Entry, Kind, Ledger, Record};
 pub use crate::publish::retention::Protected;
 use crate::publish::retention::{self, Guard, PruneCandidate};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,21 @@ pub struct PrunePlan {
     pub protected: Vec<Protected>,
     /// Candidates retention allowed that were not needed for the goal.
     pub spared: usize,
+    /// Checkpoints the policy alone would remove that a keep-rule holds back, and why.
+    pub held: Vec<Protected>,
+}
+
+/// The guard of `hygiene disk --prune` for `cfg`'s checkpoint directory `dir` (`abs_dir`: the
+/// same, absolute like ledger paths): latest.json's target, the rollback margin, and the
+/// bucket the checkpoints go to when `[publish] remote` is set.
+pub fn guard(cfg: &Config, dir: &Path, abs_dir: &Path) -> Result<Guard> {
+    Ok(Guard {
+        latest: crate::publish::manifest::read(dir)?.map(|l| l.target(abs_dir)),
+        rollback_margin: cfg.watch.rollback_margin_steps,
+        bucket: crate::config::remote::Remote::of_config(cfg)
+            .context("reading [publish] remote")?
+            .map(|r| r.target.url()),
+    })
 }
 
 /// The shortest oldest-first prefix of `candidates` whose sizes bring `avail` to `goal`.
@@ -64,7 +81,30 @@ pub fn plan(
         freed,
         goal_met,
         protected: r.protected,
+        held: r.spared,
     }
+}
+
+/// The prune of `cfg`'s checkpoint directory with `avail` bytes free now: the guard from
+/// [`guard`], the goal `[disk] prune_goal_free` (else `warn_free`), every candidate's bytes
+/// re-hashed for the last good one.
+pub fn plan_for(cfg: &Config, records: &[Record], avail: u64) -> Result<PrunePlan> {
+    let dir = cfg.checkpoint_dir()?;
+    // Ledger paths are absolute: compare like with like, or latest.json's target would not
+    // match its own publish record.
+    let abs_dir = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+    let guard = guard(cfg, &dir, &abs_dir)?;
+    let goal = cfg.disk.prune_goal_free.unwrap_or(cfg.disk.warn_free).0;
+    Ok(plan(
+        records,
+        &cfg.run.name,
+        &abs_dir,
+        &cfg.publish,
+        &guard,
+        &mut crate::checkpoints::verify_on_disk,
+        avail,
+        goal,
+    ))
 }
 
 /// Remove the chosen checkpoints, each after its ledger record. A checkpoint already gone is
@@ -75,6 +115,23 @@ pub fn execute(
     run: &str,
     now: DateTime<Utc>,
 ) -> Result<Vec<PathBuf>> {
+    if !plan.held.is_empty() {
+        let paths: std::collections::BTreeSet<&Path> =
+            plan.held.iter().map(|k| k.path.as_path()).collect();
+        ledger.append(
+            Entry::new(Kind::Note, "hygiene", run)
+                .field("event", "prune-kept")
+                .field(
+                    "message",
+                    format!(
+                        "disk prune kept {} checkpoint(s) the retention policy alone would remove",
+                        paths.len()
+                    ),
+                )
+                .field("kept", &plan.held),
+            now,
+        )?;
+    }
     let mut removed = Vec::new();
     for c in &plan.chosen {
         let path = &c.checkpoint.path;
@@ -114,7 +171,11 @@ mod tests {
     }
 
     fn no_latest() -> Guard {
-        Guard::default()
+        Guard {
+            latest: None,
+            rollback_margin: 0,
+            bucket: None,
+        }
     }
 
     fn records(entries: Vec<Entry>) -> Vec<Record> {
@@ -201,6 +262,7 @@ mod tests {
         let guard = Guard {
             latest: Some(PathBuf::from("/ck/100")),
             rollback_margin: 0,
+            bucket: None,
         };
         let p = plan(
             &recs,
@@ -285,6 +347,75 @@ mod tests {
             .chosen
             .iter()
             .all(|c| c.checkpoint.path.starts_with("/ck")));
+    }
+
+    /// `hygiene disk --prune` runs the shared table (`publish::retention::cases`) from a
+    /// roger.toml, latest.json and the files on disk, with a goal no removal can reach. A
+    /// row with `keep_last = 0` is not a roger.toml (`check` rejects it): publish's caller runs it.
+    #[test]
+    fn hygiene_runs_the_shared_table() {
+        use crate::publish::retention::cases;
+        let mut ran = 0;
+        for i in 0..cases::rows() {
+            let t = tempfile::tempdir().unwrap();
+            let root = std::fs::canonicalize(t.path()).unwrap();
+            let dir = root.join("ck");
+            let case = cases::table(&dir).remove(i);
+            if case.keep_last == 0 {
+                continue;
+            }
+            ran += 1;
+            let ledger = case.lay_out(&dir, &root.join("roger-ledger.jsonl"));
+            let toml = format!(
+                "[run]\nname = \"r\"\nlog = \"train.log\"\ncheckpoint_dir = \"{}\"\n\
+                 [publish]\nkeep_last = {}\n{}\
+                 [watch]\nrollback_margin_steps = {}\n\
+                 [disk]\nprune_goal_free = \"1000TB\"\n",
+                dir.display(),
+                case.keep_last,
+                case.bucket.map_or(String::new(), |_| format!(
+                    "remote = \"{}\"\n",
+                    cases::BUCKET
+                )),
+                case.margin
+            );
+            let cfg = Config::parse(&toml, &root.join("roger.toml")).unwrap();
+            let latest = crate::publish::manifest::Latest {
+                path: case.latest.to_string(),
+                sha256: cases::sha256(case.latest),
+                size: cases::bytes(case.latest).len() as u64,
+                step: None,
+                published_at: "2023-11-14T22:13:20Z".into(),
+            };
+            crate::publish::manifest::write(&dir, &latest).unwrap();
+            let records = ledger.records().unwrap();
+            let p = plan_for(&cfg, &records, 0).unwrap();
+            case.check_kept("hygiene", &dir, &p.protected);
+            let removed = execute(&p, &ledger, "r", Utc::now()).unwrap();
+            case.check_removed("hygiene", &dir, &removed);
+            for n in case.names() {
+                assert_eq!(
+                    dir.join(&n).exists(),
+                    !removed.contains(&dir.join(&n)),
+                    "hygiene: {}: {n}",
+                    case.name
+                );
+            }
+            // Each checkpoint the policy alone would remove and a rule keeps is in one note.
+            let notes: Vec<_> = ledger
+                .records()
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.str_field("event") == Some("prune-kept"))
+                .collect();
+            assert_eq!(
+                notes.len(),
+                usize::from(!p.held.is_empty()),
+                "{}",
+                case.name
+            );
+        }
+        assert_eq!(ran, cases::rows() - 1);
     }
 
     #[test]

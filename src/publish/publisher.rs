@@ -149,9 +149,10 @@ pub fn drain(
             return Ok(ran.then_some(total));
         };
         ran = true;
-        let _ = std::fs::write(
-            queue::dir(dest).join(queue::PUBLISHER_PID),
-            std::process::id().to_string(),
+        let _ = crate::sys::fsx::write_atomic(
+            &queue::dir(dest).join(queue::PUBLISHER_PID),
+            std::process::id().to_string().as_bytes(),
+            crate::sys::fsx::Replace::new(crate::sys::fsx::Durability::Atomic, 0o644),
         );
         loop {
             let (entries, bad) = {

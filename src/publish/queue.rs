@@ -206,7 +206,9 @@ pub fn count_try(dest: &Path, id: &str) -> u32 {
         .and_then(|t| t.trim().parse::<u32>().ok())
         .unwrap_or(0)
         + 1;
-    let _ = std::fs::write(&p, n.to_string());
+    // Replaced by rename: a crash mid-write must not reset the count (and the give-up rule).
+    let how = crate::sys::fsx::Replace::new(crate::sys::fsx::Durability::Atomic, 0o644);
+    let _ = crate::sys::fsx::write_atomic(&p, n.to_string().as_bytes(), how);
     n
 }
 

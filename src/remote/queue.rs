@@ -709,6 +709,8 @@ fn prune_bucket(
     let guard = crate::publish::retention::Guard {
         latest: latest_path,
         rollback_margin: job.rollback_margin,
+        // The view holds only verified copies: the rule keeps none, but it is stated.
+        bucket: Some(remote.target.url()),
     };
     let plan =
         crate::publish::retention::plan(&view, &job.run, dest, &policy, &guard, &mut |_| Ok(()));
@@ -839,3 +841,7 @@ mod tests {
         assert!(crate::ledger::scan_bytes(&mirrored).first_break().is_none());
     }
 }
+
+#[cfg(test)]
+#[path = "queue_retention_tests.rs"]
+mod retention_tests;

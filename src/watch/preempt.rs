@@ -240,9 +240,13 @@ impl Watcher<'_> {
                 "deadline": rfc3339(n.deadline),
                 "notice_seq": notice_seq,
             });
-            match std::fs::write(&a.save_now, format!("{body}\n")) {
+            // Replaced by rename: the trainer polling the file never reads half of it.
+            let how = crate::sys::fsx::Replace::new(crate::sys::fsx::Durability::Atomic, 0o644);
+            match crate::sys::fsx::write_atomic(&a.save_now, format!("{body}\n").as_bytes(), how)
+                .map(|_| ())
+            {
                 Ok(()) => asked.push(format!("touched {}", a.save_now.display())),
-                Err(e) => errors.push(format!("writing {}: {e}", a.save_now.display())),
+                Err(e) => errors.push(format!("writing {}: {e:#}", a.save_now.display())),
             }
         }
         if matches!(a.cfg.save_now, SaveNow::Signal | SaveNow::Both) {

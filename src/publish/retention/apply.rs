@@ -1,5 +1,6 @@
 //! Publish's side of retention: after a publish, under its lock, apply the one rule
-//! ([`super::plan`]) — a `prune` record first (with its reason), then the removal.
+//! ([`super::plan`], every keep-rule included) — a `prune` record first (with its reason),
+//! then the removal.
 
 use super::Protected;
 use crate::config::PublishConfig;
@@ -27,6 +28,7 @@ pub fn after_publish(
     let guard = super::Guard {
         latest: Some(latest.to_path_buf()),
         rollback_margin: req.rollback_margin,
+        bucket: req.remote.as_ref().map(|r| r.target.url()),
     };
     let mut verifies = |c: &crate::checkpoints::Checkpoint| {
         if c.path == latest && c.sha256 == sha256 {
@@ -35,23 +37,7 @@ pub fn after_publish(
             crate::checkpoints::verify_on_disk(c)
         }
     };
-    let mut plan = super::plan(&records, &req.run, dir, policy, &guard, &mut verifies);
-    if let Some(r) = &req.remote {
-        // A local copy goes only once its bucket copy is verified.
-        let copies = crate::checkpoints::bucket::verified(&records, &req.run);
-        let (keep, go): (Vec<_>, Vec<_>) = plan
-            .candidates
-            .into_iter()
-            .partition(|c| crate::checkpoints::bucket::copy_of(&copies, &c.checkpoint).is_none());
-        plan.candidates = go;
-        plan.spared.extend(keep.into_iter().map(|c| super::Protected {
-            path: c.checkpoint.path,
-            why: format!(
-                "its copy in {} is not verified yet (retention prunes a local checkpoint only after its bucket copy is)",
-                r.target.url()
-            ),
-        }));
-    }
+    let plan = super::plan(&records, &req.run, dir, policy, &guard, &mut verifies);
     for k in &plan.spared {
         tracing::info!("retention keeps {}: {}", k.path.display(), k.why);
     }
@@ -84,4 +70,67 @@ pub fn after_publish(
         crate::sys::fsx::fsync_dir(dir)?;
     }
     Ok((out, plan.spared))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::cases;
+    use crate::config::remote::{Remote, Target};
+    use crate::config::PublishConfig;
+    use crate::publish::Request;
+
+    /// Publish's retention runs the shared table: the row's latest is the checkpoint just
+    /// published (handed in with the sha256 of the bytes now on disk), the bucket the row's.
+    #[test]
+    fn publish_runs_the_shared_table() {
+        for i in 0..cases::rows() {
+            let t = tempfile::tempdir().unwrap();
+            let root = std::fs::canonicalize(t.path()).unwrap();
+            let dir = root.join("ck");
+            let case = cases::table(&dir).remove(i);
+            let ledger = case.lay_out(&dir, &root.join("roger-ledger.jsonl"));
+            let policy = PublishConfig {
+                keep_last: case.keep_last,
+                ..Default::default()
+            };
+            let req = Request {
+                src: root.join("src"),
+                dest: dir.clone(),
+                step: None,
+                run: "r".into(),
+                ledger: ledger.path().to_path_buf(),
+                retention: Some(policy.clone()),
+                margin: 0,
+                quarantine_dir: root.join("quarantine"),
+                rollback_margin: case.margin,
+                config: None,
+                queue: None,
+                remote: case.bucket.map(|_| Remote {
+                    target: Target::parse(cases::BUCKET).unwrap(),
+                    cfg: Default::default(),
+                }),
+            };
+            let latest = dir.join(case.latest);
+            let sha = crate::digest::hash_file(&latest).unwrap().0;
+            let (pruned, _) = super::after_publish(
+                &ledger,
+                &req,
+                &policy,
+                &latest,
+                &sha,
+                &crate::sys::SystemClock,
+            )
+            .unwrap();
+            let removed: Vec<_> = pruned.iter().map(|p| p.path.clone()).collect();
+            case.check_removed("publish", &dir, &removed);
+            for n in case.names() {
+                assert_eq!(
+                    dir.join(&n).exists(),
+                    !removed.contains(&dir.join(&n)),
+                    "publish: {}: {n}",
+                    case.name
+                );
+            }
+        }
+    }
 }

@@ -1,19 +1,20 @@
 //! Retention: which published checkpoints may go — THE rule, one function ([`plan`]) for every
-//! caller (publish's retention and `hygiene disk --prune`), run under the destination's publish
-//! lock. Pure apart from the injected hash check. Scoped to one directory: a run published to
-//! two places (local + backup) keeps N in each, and pruning one never touches a checkpoint of
-//! the other — which that directory's latest.json may point to.
+//! caller (publish's retention, `hygiene disk --prune`, and the bucket's own retention in
+//! `remote::queue`), run under the destination's publish lock. Pure apart from the injected
+//! hash check. Scoped to one directory: a run published to two places (local + backup) keeps
+//! N in each, and pruning one never touches a checkpoint of the other — which that
+//! directory's latest.json may point to.
 //!
-//! Never removed, whatever the policy: what latest.json points to; the last good checkpoint
-//! of the directory (`checkpoints::last_good_in`); for every standing critic fail, the newest
-//! checkpoint before its onset (and before onset − `rollback_margin_steps`, where a rollback
-//! resumes), so a run that keeps publishing diverged weights cannot push the way back out;
-//! while a critic judges the run, the newest checkpoint it vouched for (see [`vouched`]), so the
-//! way back is still there when its fail arrives late; anything quarantined.
+//! Never removed, whatever the policy: what every rule in [`rules::RULES`] keeps — what
+//! latest.json points to; the last good checkpoint of the directory; for every standing critic
+//! fail, the newest checkpoint before its onset (and before onset − `rollback_margin_steps`);
+//! while a critic judges the run, the newest checkpoint it vouched for; anything quarantined;
+//! with a bucket configured, every checkpoint whose bucket copy is not verified. The rules
+//! live in the planning function, not in its callers, so no caller can forget one.
 
 use crate::checkpoints::{self, Checkpoint};
 use crate::config::PublishConfig;
-use crate::ledger::{Kind, Record};
+use crate::ledger::Record;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -31,13 +32,16 @@ pub struct Protected {
     pub why: String,
 }
 
-/// What the caller knows beyond the ledger.
-#[derive(Debug, Clone, Default)]
+/// What the caller knows beyond the ledger. No `Default`: every caller states each field.
+#[derive(Debug, Clone)]
 pub struct Guard {
     /// What the directory's latest.json points to (absolute, like ledger paths).
     pub latest: Option<PathBuf>,
     /// `[watch] rollback_margin_steps`: a rollback resumes before onset − margin.
     pub rollback_margin: u64,
+    /// The bucket the directory's checkpoints go to (`s3://bucket/prefix/`), when a remote is
+    /// configured: a checkpoint stays until its copy there is verified.
+    pub bucket: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -61,7 +65,28 @@ pub fn plan(
     verifies: &mut dyn FnMut(&Checkpoint) -> Result<(), String>,
 ) -> Plan {
     let published = checkpoints::published(records, run);
-    let protected = protected(records, run, dir, &published, guard, verifies);
+    let mut here: Vec<Checkpoint> = published
+        .iter()
+        .filter(|c| c.path.parent() == Some(dir))
+        .cloned()
+        .collect();
+    here.sort_by_key(|c| c.seq);
+    let mut facts = rules::Facts {
+        records,
+        run,
+        dir,
+        here,
+        guard,
+        verifies,
+    };
+    let mut protected: Vec<Protected> = Vec::new();
+    for rule in rules::RULES {
+        for p in rule(&mut facts) {
+            if !protected.contains(&p) {
+                protected.push(p);
+            }
+        }
+    }
     let paths: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();
     let candidates = select(&published, dir, policy, &paths);
     let spared = select(&published, dir, policy, &[])
@@ -84,175 +109,6 @@ pub fn plan(
         protected,
         spared,
     }
-}
-
-fn protected(
-    records: &[Record],
-    run: &str,
-    dir: &Path,
-    published: &[Checkpoint],
-    guard: &Guard,
-    verifies: &mut dyn FnMut(&Checkpoint) -> Result<(), String>,
-) -> Vec<Protected> {
-    let mut out: Vec<Protected> = Vec::new();
-    let mut keep = |path: PathBuf, why: String| {
-        if !out.iter().any(|p| p.path == path && p.why == why) {
-            out.push(Protected { path, why });
-        }
-    };
-    if let Some(p) = &guard.latest {
-        keep(p.clone(), "latest.json points to it".into());
-    }
-    if let Some(c) = checkpoints::last_good_in(records, run, Some(dir), None, verifies).chosen {
-        keep(c.path, "the last good checkpoint".into());
-    }
-    let here: Vec<&Checkpoint> = published
-        .iter()
-        .filter(|c| c.path.parent() == Some(dir))
-        .collect();
-    for f in checkpoints::fails(records, run)
-        .into_iter()
-        .filter(|f| f.standing())
-    {
-        let newest_before = |limit: u64| {
-            here.iter()
-                .filter(|c| c.step.is_some_and(|s| s < limit))
-                .max_by_key(|c| (c.step, c.seq))
-        };
-        match f.onset {
-            Some(onset) => {
-                let mut limits = vec![onset];
-                if guard.rollback_margin > 0 {
-                    limits.push(onset.saturating_sub(guard.rollback_margin));
-                }
-                for limit in limits {
-                    if let Some(c) = newest_before(limit) {
-                        keep(
-                            c.path.clone(),
-                            format!(
-                                "the newest checkpoint before step {limit}, where a standing critic fail (verdict #{}) says the run diverged{}",
-                                f.seq,
-                                if limit < onset { format!(" at {onset}, less the rollback margin") } else { String::new() }
-                            ),
-                        );
-                    }
-                }
-            }
-            // A fail with no step: the newest checkpoint published before it.
-            None => {
-                if let Some(c) = here.iter().filter(|c| c.seq < f.seq).max_by_key(|c| c.seq) {
-                    keep(
-                        c.path.clone(),
-                        format!(
-                            "the newest checkpoint published before a standing critic fail (verdict #{})",
-                            f.seq
-                        ),
-                    );
-                }
-            }
-        }
-    }
-    if let Some(v) = vouched(records, run) {
-        let quarantine = checkpoints::quarantined(records);
-        let fails = checkpoints::fails(records, run);
-        // One a rollback could resume from: not quarantined, not tainted by a fail.
-        let usable = |c: &&&Checkpoint| {
-            !quarantine.contains(&c.path) && fails.iter().all(|f| f.taints(c).is_none())
-        };
-        let chosen = match v.before {
-            Some(limit) => here
-                .iter()
-                .filter(|c| c.step.is_some_and(|s| s < limit))
-                .filter(usable)
-                .max_by_key(|c| (c.step, c.seq)),
-            None => here
-                .iter()
-                .filter(|c| c.seq < v.seq)
-                .filter(usable)
-                .max_by_key(|c| c.seq),
-        };
-        if let Some(c) = chosen {
-            keep(c.path.clone(), v.why());
-        }
-    }
-    let mut q: Vec<PathBuf> = checkpoints::quarantined(records).into_iter().collect();
-    q.sort();
-    for p in q {
-        keep(p, "quarantined".into());
-    }
-    out
-}
-
-/// What the critic's newest `pass` verdict of the run vouched for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Vouch {
-    /// seq of the verdict.
-    pub seq: u64,
-    /// The newest step it saw.
-    pub step: Option<u64>,
-    /// Where a bad stretch the pass did not fail on yet began (see [`vouched`]).
-    pub bad_since: Option<u64>,
-    /// Checkpoints with a step before this are vouched for; `None` (a verdict without a step):
-    /// those published before the verdict.
-    pub before: Option<u64>,
-}
-
-impl Vouch {
-    fn why(&self) -> String {
-        match (self.step, self.bad_since) {
-            (Some(step), Some(since)) if self.before == Some(since) => format!(
-                "the newest checkpoint before step {since}: the critic's last pass (verdict #{}, step {step}) saw the loss turn bad from step {since} on, not yet enough to fail",
-                self.seq
-            ),
-            (Some(step), _) => format!(
-                "the newest checkpoint at or before step {step}, the last the critic vouched for (pass verdict #{})",
-                self.seq
-            ),
-            (None, _) => format!(
-                "the newest checkpoint published before the critic's last pass (verdict #{}, no step)",
-                self.seq
-            ),
-        }
-    }
-}
-
-/// The critic's newest `pass` verdict of `run`: the last point it vouched for. A critic's fail
-/// arrives after the onset it names (its daemon reads every `interval`, the log may be
-/// flushed in chunks, the loss band is judged on a median), and by then `keep_last` alone may
-/// have pruned every checkpoint before the onset (issue 28 item 7); the checkpoint the last pass
-/// vouched for is kept until a newer pass moves it, so the rollback has somewhere to go.
-///
-/// Only `pass` vouches: a `warn` says some check is already unhappy, and `unknown` judged
-/// nothing; neither moves the protection (a run whose critic never passes gets none from this
-/// clause, only the others). A pass whose observation records a trailing bad stretch
-/// (`onsets`: NaN, exact 0, out of band, spike — e.g. two huge losses that the median of
-/// `band_samples` still hides) vouches only for the checkpoints before that stretch began:
-/// its fail, when it comes, dates the onset there. A pass without a step vouches, by publish
-/// order, for the checkpoints published before it. Checkpoints with an unknown step are
-/// never the protected one when the verdict has a step: a rollback passes them over ("cannot
-/// be shown to be before"), so keeping one would not keep the way back.
-pub fn vouched(records: &[Record], run: &str) -> Option<Vouch> {
-    let v = records.iter().rev().find(|r| {
-        r.kind == Kind::Verdict && r.run == run && r.str_field("status") == Some("pass")
-    })?;
-    let bad_since = v
-        .get("observation")
-        .and_then(|o| o.get("onsets"))
-        .and_then(|o| o.as_object())
-        .into_iter()
-        .flat_map(|m| m.values())
-        .filter_map(|run| run.get("since").and_then(|s| s.as_u64()))
-        .min();
-    let before = v.step.map(|step| {
-        let after = step.saturating_add(1);
-        bad_since.map_or(after, |s| s.min(after))
-    });
-    Some(Vouch {
-        seq: v.seq,
-        step: v.step,
-        bad_since,
-        before,
-    })
 }
 
 /// The policy alone: only checkpoints directly inside `dir` are considered (the others are not
@@ -300,6 +156,12 @@ fn select(
 }
 
 pub mod apply;
+pub mod rules;
+pub use rules::{vouched, Vouch};
 
+#[cfg(test)]
+pub(crate) mod case;
+#[cfg(test)]
+pub(crate) mod cases;
 #[cfg(test)]
 mod tests;

@@ -36,344 +36,16 @@ fn pass_hiding(step: u64, since: u64) -> Entry {
     )
 }
 
-struct Case {
-    name: &'static str,
-    ledger: Vec<Entry>,
-    keep_last: usize,
-    latest: &'static str,
-    margin: u64,
-    /// Names whose bytes no longer match their record.
-    corrupt: &'static [&'static str],
-    prune: &'static [&'static str],
-    /// (name, start of the why) that must be among the protections.
-    kept: &'static [(&'static str, &'static str)],
-}
-
-/// The one rule, as a table: what publish and `hygiene disk --prune` may remove.
+/// The one rule, as the shared table (`super::cases`), run on the pure plan.
 #[test]
 fn the_shared_rule() {
-    let fail = |s: u64| verdict(Some(s), "fail", None);
-    let fail_since = |s: u64, d: u64| verdict(Some(s), "fail", Some(d));
-    let pass = |s: u64| verdict(Some(s), "pass", None);
-    let warn = |s: u64| verdict(Some(s), "warn", None);
-    let quarantine = |n: &str| {
-        Entry::new(Kind::Quarantine, "quarantine", "r").field("original_path", format!("/ck/{n}"))
-    };
-    let cases = vec![
-        Case {
-            name: "healthy: keep_last only",
-            ledger: vec![ckpt(100), ckpt(200), ckpt(300), ckpt(400)],
-            keep_last: 2,
-            latest: "ckpt-400",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-100", "ckpt-200"],
-            kept: &[("ckpt-400", "latest.json"), ("ckpt-400", "the last good")],
-        },
-        Case {
-            name: "item 5: the only checkpoint before a standing fail",
-            ledger: vec![ckpt(100), fail(150), ckpt(200), ckpt(300), ckpt(400)],
-            keep_last: 2,
-            latest: "ckpt-400",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-200"],
-            kept: &[
-                ("ckpt-100", "the last good"),
-                ("ckpt-100", "the newest checkpoint before step 150"),
-            ],
-        },
-        Case {
-            name: "item 7: the onset, not the verdict's step",
-            ledger: vec![ckpt(70), ckpt(90), ckpt(110), fail_since(120, 80)],
-            keep_last: 1,
-            latest: "ckpt-110",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-90"],
-            kept: &[
-                ("ckpt-70", "the last good"),
-                ("ckpt-70", "the newest checkpoint before step 80"),
-            ],
-        },
-        Case {
-            name: "item 7: and before onset - rollback margin",
-            ledger: vec![ckpt(60), ckpt(70), ckpt(78), ckpt(90), fail_since(100, 80)],
-            keep_last: 1,
-            latest: "ckpt-90",
-            margin: 5,
-            corrupt: &[],
-            prune: &["ckpt-60"],
-            kept: &[
-                ("ckpt-78", "the newest checkpoint before step 80"),
-                ("ckpt-70", "the newest checkpoint before step 75"),
-            ],
-        },
-        Case {
-            name: "a cleared fail protects nothing more",
-            ledger: vec![
-                ckpt(100),
-                fail(150),
-                pass(160),
-                ckpt(200),
-                pass(250),
-                ckpt(300),
-            ],
-            keep_last: 1,
-            latest: "ckpt-300",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-100"],
-            kept: &[
-                ("ckpt-300", "the last good"),
-                ("ckpt-200", "the newest checkpoint at or before step 250"),
-            ],
-        },
-        Case {
-            name: "item 6: a stepless checkpoint after a fail is not the last good",
-            ledger: vec![ckpt(100), fail(150), publish("last.ckpt", None)],
-            keep_last: 1,
-            latest: "last.ckpt",
-            margin: 0,
-            corrupt: &[],
-            prune: &[],
-            kept: &[("ckpt-100", "the last good"), ("last.ckpt", "latest.json")],
-        },
-        Case {
-            name: "a fail without a step: the newest published before it",
-            ledger: vec![ckpt(100), ckpt(200), verdict(None, "fail", None), ckpt(300)],
-            keep_last: 1,
-            latest: "ckpt-300",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-100"],
-            kept: &[
-                ("ckpt-200", "the last good"),
-                ("ckpt-200", "the newest checkpoint published before"),
-            ],
-        },
-        Case {
-            name: "corrupt bytes pass the last good on to an older one",
-            ledger: vec![ckpt(100), ckpt(200), ckpt(300)],
-            keep_last: 1,
-            latest: "ckpt-300",
-            margin: 0,
-            corrupt: &["ckpt-300"],
-            prune: &["ckpt-100"],
-            kept: &[("ckpt-200", "the last good")],
-        },
-        Case {
-            name: "quarantined and latest.json rolled back by hand",
-            ledger: vec![ckpt(100), ckpt(200), ckpt(300), quarantine("ckpt-200")],
-            keep_last: 0,
-            latest: "ckpt-100",
-            margin: 0,
-            corrupt: &[],
-            prune: &[],
-            kept: &[
-                ("ckpt-100", "latest.json"),
-                ("ckpt-300", "the last good"),
-                ("ckpt-200", "quarantined"),
-            ],
-        },
-        Case {
-            name: "issue 28 item 7: the newest checkpoint at or before the last pass",
-            ledger: vec![
-                ckpt(130),
-                ckpt(140),
-                pass(145),
-                ckpt(150),
-                ckpt(160),
-                ckpt(170),
-            ],
-            keep_last: 3,
-            latest: "ckpt-170",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-130"],
-            kept: &[(
-                "ckpt-140",
-                "the newest checkpoint at or before step 145, the last the critic vouched for (pass verdict #3)",
-            )],
-        },
-        Case {
-            name: "issue 28 item 7: a pass at a checkpoint's step vouches for that checkpoint",
-            ledger: vec![ckpt(130), ckpt(140), pass(140), ckpt(150), ckpt(160)],
-            keep_last: 1,
-            latest: "ckpt-160",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-130", "ckpt-150"],
-            kept: &[("ckpt-140", "the newest checkpoint at or before step 140")],
-        },
-        Case {
-            name: "issue 28 item 7: a fail after the pass does not remove it",
-            ledger: vec![
-                ckpt(120),
-                ckpt(130),
-                pass(135),
-                ckpt(140),
-                ckpt(150),
-                ckpt(160),
-                fail_since(170, 150),
-                ckpt(170),
-            ],
-            keep_last: 2,
-            latest: "ckpt-170",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-120", "ckpt-150"],
-            kept: &[
-                ("ckpt-130", "the newest checkpoint at or before step 135"),
-                ("ckpt-140", "the newest checkpoint before step 150"),
-                ("ckpt-140", "the last good"),
-            ],
-        },
-        Case {
-            name: "issue 28 item 7: a newer pass moves the protection",
-            ledger: vec![
-                ckpt(100),
-                pass(105),
-                ckpt(110),
-                ckpt(120),
-                pass(125),
-                ckpt(130),
-                ckpt(140),
-            ],
-            keep_last: 1,
-            latest: "ckpt-140",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-100", "ckpt-110", "ckpt-130"],
-            kept: &[(
-                "ckpt-120",
-                "the newest checkpoint at or before step 125, the last the critic vouched for (pass verdict #5)",
-            )],
-        },
-        Case {
-            name: "issue 28 item 7: a warn neither vouches nor moves the protection",
-            ledger: vec![ckpt(100), pass(105), ckpt(110), warn(115), ckpt(120)],
-            keep_last: 1,
-            latest: "ckpt-120",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-110"],
-            kept: &[("ckpt-100", "the newest checkpoint at or before step 105")],
-        },
-        Case {
-            name: "issue 28 item 7: a pass whose median hid the first bad losses vouches before them",
-            ledger: vec![
-                ckpt(140),
-                ckpt(150),
-                pass_hiding(151, 150),
-                ckpt(160),
-                ckpt(170),
-            ],
-            keep_last: 1,
-            latest: "ckpt-170",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-150", "ckpt-160"],
-            kept: &[(
-                "ckpt-140",
-                "the newest checkpoint before step 150: the critic's last pass (verdict #3, step 151) saw the loss turn bad from step 150 on",
-            )],
-        },
-        Case {
-            name: "issue 28 item 7: a stepless checkpoint is never the vouched one (a rollback passes it over)",
-            ledger: vec![
-                ckpt(100),
-                publish("last.ckpt", None),
-                pass(150),
-                ckpt(200),
-            ],
-            keep_last: 1,
-            latest: "ckpt-200",
-            margin: 0,
-            corrupt: &[],
-            prune: &["last.ckpt"],
-            kept: &[("ckpt-100", "the newest checkpoint at or before step 150")],
-        },
-        Case {
-            name: "issue 28 item 7: a pass without a step vouches by publish order",
-            ledger: vec![ckpt(100), ckpt(200), verdict(None, "pass", None), ckpt(300)],
-            keep_last: 1,
-            latest: "ckpt-300",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-100"],
-            kept: &[(
-                "ckpt-200",
-                "the newest checkpoint published before the critic's last pass (verdict #3, no step)",
-            )],
-        },
-        Case {
-            name: "issue 28 item 7: the vouched one quarantined: the newest usable before it",
-            ledger: vec![
-                ckpt(100),
-                ckpt(140),
-                pass(145),
-                ckpt(150),
-                quarantine("ckpt-140"),
-            ],
-            keep_last: 1,
-            latest: "ckpt-150",
-            margin: 0,
-            corrupt: &[],
-            prune: &[],
-            kept: &[
-                ("ckpt-100", "the newest checkpoint at or before step 145"),
-                ("ckpt-140", "quarantined"),
-            ],
-        },
-        Case {
-            name: "issue 28 item 7: a pass after a rollback vouches for no tainted checkpoint",
-            ledger: vec![
-                ckpt(130),
-                ckpt(140),
-                pass(145),
-                ckpt(150),
-                ckpt(160),
-                fail_since(200, 150),
-                pass(165),
-            ],
-            keep_last: 1,
-            latest: "ckpt-160",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-130", "ckpt-150"],
-            kept: &[(
-                "ckpt-140",
-                "the newest checkpoint at or before step 165, the last the critic vouched for (pass verdict #7)",
-            )],
-        },
-        Case {
-            name: "issue 28 item 7: after a rollback the new pass vouches for the new timeline",
-            ledger: vec![
-                ckpt(130),
-                ckpt(140),
-                pass(145),
-                ckpt(150),
-                ckpt(160),
-                fail_since(200, 150),
-                pass(165),
-                publish("ckpt-150", Some(150)),
-                publish("ckpt-160", Some(160)),
-                ckpt(170),
-            ],
-            keep_last: 1,
-            latest: "ckpt-170",
-            margin: 0,
-            corrupt: &[],
-            prune: &["ckpt-130", "ckpt-140", "ckpt-150"],
-            kept: &[("ckpt-160", "the newest checkpoint at or before step 165")],
-        },
-    ];
-    for case in cases {
-        let records = crate::ledger::test_records(case.ledger);
+    let dir = Path::new("/ck");
+    for case in super::cases::table(dir) {
+        let records = case.records(dir);
         let guard = Guard {
-            latest: Some(PathBuf::from(format!("/ck/{}", case.latest))),
+            latest: Some(dir.join(case.latest)),
             rollback_margin: case.margin,
+            bucket: case.bucket.map(|_| super::cases::BUCKET.to_string()),
         };
         let mut verifies = |c: &Checkpoint| {
             if case.corrupt.iter().any(|n| c.path.ends_with(n)) {
@@ -385,36 +57,18 @@ fn the_shared_rule() {
         let p = plan(
             &records,
             "r",
-            Path::new("/ck"),
+            dir,
             &policy(case.keep_last, 0),
             &guard,
             &mut verifies,
         );
-        let pruned: Vec<String> = p
+        let pruned: Vec<PathBuf> = p
             .candidates
             .iter()
-            .map(|c| c.checkpoint.path.display().to_string())
+            .map(|c| c.checkpoint.path.clone())
             .collect();
-        let want: Vec<String> = case.prune.iter().map(|n| format!("/ck/{n}")).collect();
-        assert_eq!(pruned, want, "{}: {:#?}", case.name, p.protected);
-        for (name, why) in case.kept {
-            assert!(
-                p.protected
-                    .iter()
-                    .any(|k| k.path.ends_with(name) && k.why.starts_with(why)),
-                "{}: {name} not kept as {why:?}: {:#?}",
-                case.name,
-                p.protected
-            );
-        }
-        // Every protected path of this directory stays, whatever the policy says.
-        for k in &p.protected {
-            assert!(
-                !pruned.contains(&k.path.display().to_string()),
-                "{}",
-                case.name
-            );
-        }
+        case.check_removed("plan", dir, &pruned);
+        case.check_kept("plan", dir, &p.protected);
     }
 }
 
@@ -445,7 +99,11 @@ fn only_a_pass_of_the_run_vouches() {
             "r",
             Path::new("/ck"),
             &policy(0, 0),
-            &Guard::default(),
+            &Guard {
+                latest: None,
+                rollback_margin: 0,
+                bucket: None,
+            },
             &mut |_| Ok(()),
         );
         assert!(
@@ -490,6 +148,7 @@ fn spared_names_what_the_policy_alone_would_have_removed() {
     let guard = Guard {
         latest: Some(PathBuf::from("/ck/ckpt-300")),
         rollback_margin: 0,
+        bucket: None,
     };
     let p = plan(
         &records,
