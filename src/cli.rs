@@ -188,10 +188,26 @@ fn subcommand_path(mut m: &clap::ArgMatches) -> Vec<String> {
     path
 }
 
-/// Options every subcommand sees, turned into plain values.
-#[derive(Debug, Clone)]
-pub struct Global {
-    pub config: Option<PathBuf>,
+/// Run a subcommand (its role, for the exit code of an error, is `exit::ROLES`').
+pub fn dispatch(global: &cmd::Global, command: Command) -> anyhow::Result<u8> {
+    match command {
+        Command::Init(a) => cmd::init::run(global, a),
+        Command::Check(a) => cmd::check::run(global, a),
+        Command::Ledger(a) => cmd::ledger::run(global, a),
+        Command::Completions(a) => cmd::completions::run(a, full_command()),
+        Command::Man(a) => cmd::man::run(a, full_command()),
+        Command::Critic(a) => cmd::critic::run(global, a),
+        Command::Publish(a) => cmd::publish::run(global, a),
+        Command::Fetch(a) => cmd::fetch::run(global, a),
+        Command::Hygiene(a) => cmd::hygiene::run(global, a),
+        Command::Quarantine(a) => cmd::quarantine::run(global, a),
+        Command::Probe(a) => cmd::probe::run(global, a),
+        Command::Bench(a) => cmd::bench::run(global, a),
+        Command::Notify(a) => cmd::notify::run(global, a),
+        Command::Watch(a) => cmd::watch::run(global, a),
+        Command::Report(a) => cmd::report::run(global, a),
+        Command::Status(a) => cmd::status::run(global, a),
+    }
 }
 
 /// The whole command tree with every subcommand expanded (the same subcommands and

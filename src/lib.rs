@@ -31,6 +31,9 @@ pub mod schedule;
 pub(crate) mod sentinel;
 pub(crate) mod status;
 pub mod sys;
+// Fuzz targets' and property tests' entry points, not an API (ARCHITECTURE.md says why it
+// is here and not in fuzz/).
+#[doc(hidden)]
 pub mod untrusted;
 pub(crate) mod watch;
 
@@ -53,10 +56,10 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
     out::set_quiet(cli.quiet);
     colour::init(cli.color);
     logging::init(cli.verbose, cli.quiet);
-    let global = cli::Global {
+    let global = cmd::Global {
         config: cli.config.clone(),
     };
-    match cmd::dispatch(&global, cli.command) {
+    match cli::dispatch(&global, cli.command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("roger: error: {e:#}");

@@ -1,4 +1,4 @@
-//! The verdict statuses every judging command shares (DESIGN.md): `pass`, `warn`, `fail`,
+//! The verdict statuses every judging command shares (ARCHITECTURE.md): `pass`, `warn`, `fail`,
 //! `unknown` — declared in order of severity so `max` is the worst, and `unknown` (could not
 //! judge) is never mistaken for `pass`.
 

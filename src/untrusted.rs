@@ -1,6 +1,8 @@
 //! Every reader of input roger did not write, one entry point each: the bytes go through the
 //! parser, then through what roger does next with what it read (the critic's judgement, the
 //! report, retention, the VRAM gate, ...). An error is an answer; a panic anywhere is a bug.
+//! It stays in the library, hidden from the docs and named by no module, for the reasons
+//! ARCHITECTURE.md gives ("Why `src/untrusted.rs` is in the library").
 //!
 //! Only the fuzz targets (`fuzz/`) and the bounded property tests (`tests/props`) call these:
 //! one narrow public door, so the parsers behind it stay crate-private. Scratch-file entry

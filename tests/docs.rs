@@ -1,8 +1,8 @@
-//! The docs a newcomer reads: README.md, CHANGELOG.md, CONTRIBUTING.md and docs/**.md. Every
-//! relative link and `#anchor` resolves; the README stays one screen, its quick start is the
-//! build-and-run command plus the exact test command `.ci/run` runs, and its quick start and
-//! first night run as written; docs/config.md lists exactly the keys the config parser
-//! accepts, so neither can drift from the other.
+//! The docs a newcomer reads: README.md, CHANGELOG.md, CONTRIBUTING.md, ARCHITECTURE.md and
+//! docs/**.md. Every relative link and `#anchor` resolves; the README stays one screen, its
+//! quick start is the build-and-run command plus the exact test command `.ci/run` runs, and its
+//! quick start and first night run as written; docs/config.md lists exactly the keys the config
+//! parser accepts, so neither can drift from the other.
 
 use crate::util::{self, repo_root, Env};
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,10 +13,15 @@ use std::time::{Duration, Instant};
 /// The Markdown files the link check covers, relative to the repository root.
 fn markdown_files() -> Vec<PathBuf> {
     let root = repo_root();
-    let mut files: Vec<PathBuf> = ["README.md", "CHANGELOG.md", "CONTRIBUTING.md"]
-        .iter()
-        .map(PathBuf::from)
-        .collect();
+    let mut files: Vec<PathBuf> = [
+        "README.md",
+        "CHANGELOG.md",
+        "CONTRIBUTING.md",
+        "ARCHITECTURE.md",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
     let mut dirs = vec![root.join("docs")];
     while let Some(d) = dirs.pop() {
         for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {

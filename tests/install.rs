@@ -269,6 +269,28 @@ fn the_elf_reader_finds_glibc_needs_and_symbols_of_a_host_build() {
     );
 }
 
+/// Take out of `cmd`'s environment what cargo set for this test process (CARGO_PKG_NAME=roger,
+/// ...): build scripts that watch such variables (ring's) would see them change against a
+/// build from a shell and rebuild, so a nested build gets the environment a person's shell has.
+pub(crate) fn as_from_a_shell(cmd: &mut Command) {
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_BIN_",
+            "CARGO_CRATE_",
+            "CARGO_TARGET_TMPDIR",
+        ]
+        .iter()
+        .any(|p| key.starts_with(p))
+            || ["CARGO", "CARGO_PRIMARY_PACKAGE", "CARGO_RUSTC_CURRENT_DIR"].contains(&&*key)
+        {
+            cmd.env_remove(&*key);
+        }
+    }
+}
+
 /// `git rev-parse --short=12 HEAD` of the checkout, with `-dirty` when it has uncommitted
 /// changes; `None` outside a git checkout.
 fn checkout_commit() -> Option<String> {
@@ -359,37 +381,13 @@ fn wheel_builds_for_glibc_2_17_and_runs_the_quick_start_from_a_venv_without_rust
     let started = std::time::Instant::now();
     let mut build = Command::new("maturin");
     build
-        .args([
-            "build",
-            "--locked",
-            "--zig",
-            "--compatibility",
-            "manylinux2014",
-        ])
+        .args(crate::release::WHEEL_ARGS)
         .arg("--out")
         .arg(&dist)
         .current_dir(repo_root().join("python"))
         .env_remove("ROGER_COMMIT")
         .stdin(Stdio::null());
-    // What cargo set for this test process (CARGO_PKG_NAME=roger, ...): build scripts that
-    // watch such variables (ring's) would see them change against a build from a shell and
-    // rebuild, so the nested build gets the environment a person's shell has.
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if [
-            "CARGO_PKG_",
-            "CARGO_MANIFEST_",
-            "CARGO_BIN_",
-            "CARGO_CRATE_",
-            "CARGO_TARGET_TMPDIR",
-        ]
-        .iter()
-        .any(|p| key.starts_with(p))
-            || ["CARGO", "CARGO_PRIMARY_PACKAGE", "CARGO_RUSTC_CURRENT_DIR"].contains(&&*key)
-        {
-            build.env_remove(&*key);
-        }
-    }
+    as_from_a_shell(&mut build);
     if let Some(c) = &commit {
         build.env("ROGER_COMMIT", c);
     }

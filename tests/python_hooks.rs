@@ -309,7 +309,8 @@ fn roger_is_found_beside_the_interpreter_of_a_venv_then_on_path() {
     let none = which("/usr/bin:/bin");
     assert!(
         none.starts_with(
-            "not found: no `roger` binary: set ROGER_BIN, or `pip install roger-guard`"
+            "not found: no `roger` binary: set ROGER_BIN, or install roger into this environment \
+             (`pip install ./python` from a checkout; `pip install roger-guard` once released)"
         ),
         "{none}"
     );

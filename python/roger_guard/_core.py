@@ -52,7 +52,8 @@ def roger_bin():
     if found:
         return found
     raise RogerNotFound(
-        "no `roger` binary: set ROGER_BIN, or `pip install roger-guard` into this environment "
+        "no `roger` binary: set ROGER_BIN, or install roger into this environment "
+        "(`pip install ./python` from a checkout; `pip install roger-guard` once released) "
         f"(looked in {', '.join(d for d in dirs if d)} and PATH)"
     )
 

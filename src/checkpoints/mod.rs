@@ -1,4 +1,4 @@
-//! Which checkpoint is the last GOOD one (DESIGN.md): the newest published one whose bytes
+//! Which checkpoint is the last GOOD one (ARCHITECTURE.md, contracts): the newest published one whose bytes
 //! still hash to its recorded sha256, that is not quarantined, and that no critic `fail`
 //! taints: its step is not at or after the fail's onset (the earliest `diverged_at`), or —
 //! its step unknown (`last.ckpt`) — it was not published after the fail, unless a passing

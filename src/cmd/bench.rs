@@ -3,7 +3,7 @@
 
 use crate::bench::load::{self, Load};
 use crate::bench::{self, libs, Arbitration, DtypeSummary, Measured};
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::gpu::checks::{self, Finding, Level};
 use crate::gpu::spec::{self, Dtype};
 use crate::ledger::{Entry, Kind, Ledger};

@@ -1,6 +1,6 @@
 //! `roger check`: validate roger.toml and print the resolved phases.
 
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::config::{self, Config};
 use crate::outln;
 use anyhow::Result;

@@ -8,8 +8,8 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
-pub fn run(args: CompletionsArgs) -> anyhow::Result<u8> {
-    let mut cmd = crate::cli::full_command();
+/// `cmd` is the whole command tree (`cli::full_command`), handed down by the dispatch.
+pub fn run(args: CompletionsArgs, mut cmd: clap::Command) -> anyhow::Result<u8> {
     let mut buf = Vec::new();
     clap_complete::generate(args.shell, &mut cmd, "roger", &mut buf);
     crate::outln!("{}", String::from_utf8_lossy(&buf).trim_end());

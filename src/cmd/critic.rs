@@ -3,7 +3,7 @@
 //! the ledger with the observation that produced it.
 
 use super::critic_run::{daemon, DaemonOptions, Runner, Tick};
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::config::{self, Config};
 use crate::critic::summary::Summary;
 use crate::critic::{replay, Status, Verdict};

@@ -2,7 +2,7 @@
 //! init containers. Rebuilds the ledger from the bucket when there is none here, downloads
 //! through staging, verifies the SHA-256 against the record; exit 0 only with a verified file.
 
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::ledger::Ledger;
 use crate::remote::{fetch, Remote};
 use crate::{exit, outln};

@@ -1,7 +1,7 @@
 //! `roger hygiene disk|clean|flap|regress`: flags to domain inputs, then one printer each for
 //! humans and for `--json` over the same result.
 
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::config::units::{format_bytes, format_duration};
 use crate::config::{self, Config};
 use crate::hygiene::{baseline, clean, clean_file, disk, flap, prune, regress, Status};

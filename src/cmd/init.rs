@@ -1,7 +1,7 @@
 //! `roger init`: write a commented roger.toml for a run that already has a log. Finds and
 //! reads the log here; what the file says is decided in `init/`.
 
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::config::{Config, LogFormat};
 use crate::init::{self, detect};
 use crate::ledger::{Kind, Ledger};

@@ -1,6 +1,6 @@
 //! `roger ledger verify|tail`: check the hash chain; show recent records.
 
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::ledger::{Entry, Kind, Ledger, Record};
 use crate::outln;
 use anyhow::{bail, Result};

@@ -13,9 +13,10 @@ pub struct ManArgs {
     pub dir: Option<PathBuf>,
 }
 
-pub fn run(args: ManArgs) -> anyhow::Result<u8> {
+/// `cmd` is the whole command tree (`cli::full_command`), handed down by the dispatch.
+pub fn run(args: ManArgs, cmd: clap::Command) -> anyhow::Result<u8> {
     // NAME reads "roger - a guard ...", not the help's "roger: a guard ...".
-    let cmd = crate::cli::full_command().about("a guard for long GPU training runs");
+    let cmd = cmd.about("a guard for long GPU training runs");
     match args.dir {
         None => {
             crate::out::text(&roff(&clap_mangen::Man::new(cmd))?);

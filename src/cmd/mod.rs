@@ -1,4 +1,6 @@
-//! One file per subcommand: turn Args into domain inputs, call the domain, print.
+//! One file per subcommand: turn Args into domain inputs, call the domain, print. Below the
+//! command line: `crate::cli` holds the clap tree and dispatches here; nothing here names
+//! `crate::cli` (the clap tree reaches `man` and `completions` as an argument).
 
 pub mod bench;
 pub mod check;
@@ -19,29 +21,13 @@ pub mod report;
 pub mod status;
 pub mod watch;
 
-use crate::cli::{Command, Global};
 use anyhow::Result;
 
-/// Run a subcommand (its role, for the exit code of an error, is `exit::ROLES`').
-pub fn dispatch(global: &Global, command: Command) -> Result<u8> {
-    match command {
-        Command::Init(a) => init::run(global, a),
-        Command::Check(a) => check::run(global, a),
-        Command::Ledger(a) => ledger::run(global, a),
-        Command::Completions(a) => completions::run(a),
-        Command::Man(a) => man::run(a),
-        Command::Critic(a) => critic::run(global, a),
-        Command::Publish(a) => publish::run(global, a),
-        Command::Fetch(a) => fetch::run(global, a),
-        Command::Hygiene(a) => hygiene::run(global, a),
-        Command::Quarantine(a) => quarantine::run(global, a),
-        Command::Probe(a) => probe::run(global, a),
-        Command::Bench(a) => bench::run(global, a),
-        Command::Notify(a) => notify::run(global, a),
-        Command::Watch(a) => watch::run(global, a),
-        Command::Report(a) => report::run(global, a),
-        Command::Status(a) => status::run(global, a),
-    }
+/// Options every subcommand sees, turned into plain values by the command line (`crate::cli`,
+/// which builds it and dispatches here: cli -> cmd, never back).
+#[derive(Debug, Clone)]
+pub struct Global {
+    pub config: Option<std::path::PathBuf>,
 }
 
 /// The ledger path: `--ledger`, else the config's, else an error saying how to give one.

@@ -1,7 +1,7 @@
 //! `roger notify`: `test` sends a test message on every `[notify]` channel (and pings the
 //! dead-man URL) and says how each went; `digest` sends `roger report --text` now.
 
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::config::Config;
 use crate::ledger::{Entry, Kind, Ledger};
 use crate::notify::daemon::{digest_payload, digest_text, FAILED, SENT};

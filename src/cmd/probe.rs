@@ -1,7 +1,7 @@
 //! `roger probe`: the machine under the run — GPUs, who holds VRAM, host memory, disks and
 //! filesystem kinds — as a table or `--json`; or `--record F` to save GPU snapshots for replay.
 
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::gpu::checks::Level;
 use crate::gpu::{replay::Recording, GpuReader};
 use crate::ledger::{Entry, Kind, Ledger};

@@ -1,7 +1,7 @@
 //! `roger publish`: turn flags and config into a `publish::Request`, run it, print the result
 //! (human or --json); `--verify` re-hashes a published checkpoint against its ledger record.
 
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::config::PublishConfig;
 use crate::ledger::{Kind, Ledger};
 use crate::publish::{self, manifest, names, Outcome, Request};

@@ -1,7 +1,7 @@
 //! `roger quarantine add|list|show|prove|release|purge|scan`: flags to store operations,
 //! human and `--json` printers over the same items.
 
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::config::units::{format_bytes, parse_duration, Dur};
 use crate::config::{self, Config};
 use crate::exit;

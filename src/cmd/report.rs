@@ -1,7 +1,7 @@
 //! `roger report`: the night as a page (HTML with inline SVG plots), a 20-line digest
 //! (`--text`) or the model as JSON (`--json`), from roger.toml, the log and the ledger alone.
 
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::outln;
 use crate::report::{self, Options};
 use anyhow::{Context, Result};

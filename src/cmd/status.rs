@@ -4,7 +4,7 @@
 //! relaunches and breakers, and how long since roger last looked (a stale roger is a problem
 //! too). Exit code as a judge. `--watch` redraws in place, `--json` for scripts.
 
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::config::Config;
 use crate::ledger::{Kind, Ledger, Record};
 use crate::outln;

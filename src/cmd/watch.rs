@@ -2,7 +2,7 @@
 //! events), run the watch. Decisions (kills, relaunches, breakers, the final `done`) also go to
 //! stderr in words, so `nohup roger watch ... >/dev/null` still says why it stopped.
 
-use crate::cli::Global;
+use crate::cmd::Global;
 use crate::outln;
 use crate::sentinel::{Assessment, State};
 use crate::watch::{self, Event, Mode, Options, Report};

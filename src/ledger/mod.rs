@@ -1,6 +1,6 @@
 //! The append-only, hash-chained ledger: every verdict, kill, publish and prune, with why.
 //!
-//! Contract (DESIGN.md): one JSON object per line; `seq`, `ts`, `kind`, `source`, `run`,
+//! Contract (ARCHITECTURE.md): one JSON object per line; `seq`, `ts`, `kind`, `source`, `run`,
 //! `step` (if known), the kind's own fields, `prev`, `hash`. `hash` is the SHA-256 of the
 //! record without `hash`, serialised canonically (keys sorted, compact), so the on-disk key
 //! order is free to be the readable one. Appends take an exclusive flock, write one line and

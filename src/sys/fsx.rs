@@ -1,7 +1,10 @@
 //! The two file-system idioms every writer shares, written once: replacing a file atomically
 //! ([`write_atomic`], [`AtomicFile`]) and making directory entries durable ([`fsync_dir`],
-//! [`create_dirs_durably`]). No other module renames a temporary over a file or fsyncs a
-//! directory by hand.
+//! [`create_dirs_durably`]). No other module renames a temporary over a file to replace its
+//! content, or fsyncs a directory by hand. The other renames outside `sys/` move a whole item
+//! after its check (a verified staging copy to its real name in `publish/place.rs`, a
+//! downloaded checkpoint in `remote/upload.rs`, quarantine's moves, ...); only the files in
+//! ARCHITECTURE.md's rename table may call one, which `tests/layout.rs` checks.
 //!
 //! One rule for directories that cannot be fsynced: drvfs and 9p (WSL2's `/mnt/c`) answer
 //! EINVAL, and other filesystems may answer ENOTSUP or ENOSYS. The rename or create already
