@@ -54,7 +54,7 @@ pub struct InitArgs {
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
 
-    /// The log's format, instead of detecting it: jsonl, csv, text, hf-trainer-state,
+    /// The log's format, instead of detecting it: jsonl, csv, text, key-value, hf-trainer-state,
     /// tensorboard, mlflow or wandb.
     #[arg(long, value_name = "FORMAT", value_parser = super::hygiene::parse_format)]
     pub format: Option<LogFormat>,

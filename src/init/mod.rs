@@ -182,6 +182,7 @@ pub fn format_name(f: LogFormat) -> &'static str {
         LogFormat::Jsonl => "jsonl",
         LogFormat::Csv => "csv",
         LogFormat::Text => "text",
+        LogFormat::KeyValue => "key-value",
         LogFormat::HfTrainerState => "hf-trainer-state",
         LogFormat::Tensorboard => "tensorboard",
         LogFormat::Mlflow => "mlflow",
