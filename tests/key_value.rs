@@ -151,7 +151,10 @@ fn tensorboard_of_a_real_hf_trainer_has_its_lr_found() {
     let src = repo_root().join("tests/fixtures/hf_tensorboard");
     std::fs::create_dir_all(env.path("out/runs")).unwrap();
     for e in std::fs::read_dir(&src).unwrap().flatten() {
-        if e.file_name().to_string_lossy().starts_with("events.out.tfevents") {
+        if e.file_name()
+            .to_string_lossy()
+            .starts_with("events.out.tfevents")
+        {
             std::fs::copy(e.path(), env.path("out/runs").join(e.file_name())).unwrap();
         }
     }

@@ -135,7 +135,7 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
             }),
         (None, None) => detect_log(&log)?.with_context(|| {
             format!(
-                "{}: cannot tell the log's format: not JSON lines, not CSV with a header, not trainer_state.json, not TensorBoard events, and no known text line shape (llm.c, nanoGPT, modded-nanogpt, AlgoPerf, Megatron-LM / Megatron-DeepSpeed / NeMo, torchtitan); pass --pattern REGEX (named groups: step, loss, lr, ...) or --config FILE with [metrics] patterns",
+                "{}: cannot tell the log's format: not JSON lines, not CSV with a header, not trainer_state.json, not TensorBoard events, no known text line shape (llm.c, nanoGPT, modded-nanogpt, AlgoPerf, Megatron-LM / Megatron-DeepSpeed / NeMo, torchtitan), and not `key: value` lines beside a step counter (two or more); pass --pattern REGEX (named groups: step, loss, lr, ...) or --config FILE with [metrics] patterns",
                 log.display()
             )
         })?,

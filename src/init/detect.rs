@@ -48,10 +48,9 @@ fn key_value(_: &str, head: &[u8]) -> Option<Detected> {
         }
         seen += 1;
         let step = l.epoch_iter.is_some()
-            || l
-                .pairs
-                .iter()
-                .any(|(k, v)| matches!(v, Value::Num(_)) && matches!(meaning(k), Some((Meaning::Step, _))));
+            || l.pairs.iter().any(|(k, v)| {
+                matches!(v, Value::Num(_)) && matches!(meaning(k), Some((Meaning::Step, _)))
+            });
         if l.other_mode || !step || l.pairs.len() < 2 {
             continue;
         }
@@ -831,7 +830,12 @@ pub fn map_keys(d: &Detected) -> Mapping {
         set("step", STEP, Some(Meaning::Step), &mut m.step);
     }
     set("loss", LOSS, Some(Meaning::Loss), &mut m.loss);
-    set("grad_norm", GRAD_NORM, Some(Meaning::GradNorm), &mut m.grad_norm);
+    set(
+        "grad_norm",
+        GRAD_NORM,
+        Some(Meaning::GradNorm),
+        &mut m.grad_norm,
+    );
     set(
         "tokens_per_s",
         TOKENS_PER_S,
@@ -839,10 +843,20 @@ pub fn map_keys(d: &Detected) -> Mapping {
         &mut m.tokens_per_s,
     );
     set("vram", VRAM, None, &mut m.vram);
-    set("eval_loss", EVAL_LOSS, Some(Meaning::EvalLoss), &mut m.eval_loss);
+    set(
+        "eval_loss",
+        EVAL_LOSS,
+        Some(Meaning::EvalLoss),
+        &mut m.eval_loss,
+    );
     // trainer_state.json's max_steps is read without being named.
     if d.format != LogFormat::HfTrainerState {
-        set("total_steps", TOTAL, Some(Meaning::Total), &mut m.total_steps);
+        set(
+            "total_steps",
+            TOTAL,
+            Some(Meaning::Total),
+            &mut m.total_steps,
+        );
     }
     if m.tokens_per_s.is_empty() || !has(&m.tokens_per_s) {
         set("tokens", TOKENS, Some(Meaning::Tokens), &mut m.tokens);
@@ -938,18 +952,19 @@ fn map_by_meaning(d: &Detected) -> Mapping {
     ];
     let mut chosen: Vec<(&'static str, String)> = Vec::new();
     let mut used: Vec<String> = Vec::new();
-    let mut take = |what: &'static str, key: Option<(&str, String)>, notes: &mut Vec<String>| match key {
-        Some((k, why)) => {
-            notes.push(format!("{what} <- {k:?} ({why})"));
-            chosen.push((what, format!("{k:?}")));
-            used.push(k.to_string());
-            k.to_string()
-        }
-        None => {
-            notes.push(format!("{what}: not in the log"));
-            String::new()
-        }
-    };
+    let mut take =
+        |what: &'static str, key: Option<(&str, String)>, notes: &mut Vec<String>| match key {
+            Some((k, why)) => {
+                notes.push(format!("{what} <- {k:?} ({why})"));
+                chosen.push((what, format!("{k:?}")));
+                used.push(k.to_string());
+                k.to_string()
+            }
+            None => {
+                notes.push(format!("{what}: not in the log"));
+                String::new()
+            }
+        };
     let by = |what| meaning::best(&d.keys, what);
     m.step = take("step", by(Meaning::Step), &mut notes);
     m.loss = take("loss", by(Meaning::Loss), &mut notes);
@@ -959,7 +974,10 @@ fn map_by_meaning(d: &Detected) -> Mapping {
     m.eval_loss = take("eval_loss", by(Meaning::EvalLoss), &mut notes);
     let counter_total = format!("max_{}", m.step);
     let total = match d.keys.iter().find(|k| **k == counter_total) {
-        Some(k) => Some((k.as_str(), "the step counter's own total, `[N/M]`".to_string())),
+        Some(k) => Some((
+            k.as_str(),
+            "the step counter's own total, `[N/M]`".to_string(),
+        )),
         None => by(Meaning::Total),
     };
     m.total_steps = take("total_steps", total, &mut notes);
@@ -1486,9 +1504,16 @@ mod tests {
         let d = Detected {
             format: LogFormat::Mlflow,
             why: String::new(),
-            keys: ["train/lm_loss", "train/gnorm", "val/lm_loss", "lr/pg1", "lr/pg0", "acc"]
-                .map(String::from)
-                .to_vec(),
+            keys: [
+                "train/lm_loss",
+                "train/gnorm",
+                "val/lm_loss",
+                "lr/pg1",
+                "lr/pg0",
+                "acc",
+            ]
+            .map(String::from)
+            .to_vec(),
             patterns: Vec::new(),
         };
         let m = map_keys(&d);
@@ -1502,5 +1527,4 @@ mod tests {
             m.notes
         );
     }
-
 }

@@ -100,7 +100,10 @@ pub fn describe(c: &[Candidate], order: &[usize]) -> Vec<String> {
             } else {
                 match (x.modified, b.modified) {
                     (Some(xm), Some(bm)) if xm < bm => {
-                        format!("written {} before the chosen", age(bm.duration_since(xm).unwrap_or_default()))
+                        format!(
+                            "written {} before the chosen",
+                            age(bm.duration_since(xm).unwrap_or_default())
+                        )
                     }
                     _ if x.bytes < b.bytes => "shorter than the chosen".to_string(),
                     _ => "an equal candidate, listed after it".to_string(),
@@ -149,7 +152,14 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn cand(shown: &str, f: Option<LogFormat>, loss: bool, lr: bool, age_s: u64, bytes: u64) -> Candidate {
+    fn cand(
+        shown: &str,
+        f: Option<LogFormat>,
+        loss: bool,
+        lr: bool,
+        age_s: u64,
+        bytes: u64,
+    ) -> Candidate {
         Candidate {
             shown: shown.into(),
             format: f,
@@ -165,18 +175,48 @@ mod tests {
     fn loss_and_lr_first_then_newest_then_longest() {
         let c = vec![
             cand("eval.log", Some(LogFormat::Text), true, false, 0, 10),
-            cand("old/train.log", Some(LogFormat::KeyValue), true, true, 7200, 500),
-            cand("new/train.log", Some(LogFormat::KeyValue), true, true, 60, 100),
-            cand("same/long.log", Some(LogFormat::KeyValue), true, true, 60, 900),
+            cand(
+                "old/train.log",
+                Some(LogFormat::KeyValue),
+                true,
+                true,
+                7200,
+                500,
+            ),
+            cand(
+                "new/train.log",
+                Some(LogFormat::KeyValue),
+                true,
+                true,
+                60,
+                100,
+            ),
+            cand(
+                "same/long.log",
+                Some(LogFormat::KeyValue),
+                true,
+                true,
+                60,
+                900,
+            ),
             cand("README.txt", None, false, false, 0, 10),
         ];
         let order = rank(&c);
         assert_eq!(order, vec![3, 2, 1, 0]);
         let lines = describe(&c, &order);
-        assert!(lines[0].starts_with("* same/long.log (key-value; loss and lr"), "{lines:?}");
+        assert!(
+            lines[0].starts_with("* same/long.log (key-value; loss and lr"),
+            "{lines:?}"
+        );
         assert!(lines[1].contains("shorter than the chosen"), "{lines:?}");
-        assert!(lines[2].contains("written 1.2 h before the chosen"), "{lines:?}");
-        assert!(lines[3].contains("has loss, no lr where the chosen has loss and lr"), "{lines:?}");
+        assert!(
+            lines[2].contains("written 2.0 h before the chosen"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[3].contains("has loss, no lr where the chosen has loss and lr"),
+            "{lines:?}"
+        );
         assert_eq!(lines[4], "  README.txt (not read: no known format)");
         let why = chosen_because(&c, &order);
         assert!(why.contains("it has loss and lr"), "{why}");

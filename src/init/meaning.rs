@@ -51,7 +51,10 @@ const EVAL_WORDS: [&str; 5] = ["eval", "val", "valid", "validation", "dev"];
 pub fn meaning(key: &str) -> Option<(Meaning, u8)> {
     let full = norm(key);
     // Whole-name spellings with a `/` inside (`tok/s`) before the path is split.
-    if matches!(full.as_str(), "tok/s" | "tokens/s" | "toks/s" | "tokens/sec") {
+    if matches!(
+        full.as_str(),
+        "tok/s" | "tokens/s" | "toks/s" | "tokens/sec"
+    ) {
         return Some((Meaning::TokensPerS, 1));
     }
     let segs: Vec<&str> = full.split(['/', '.']).filter(|s| !s.is_empty()).collect();
@@ -88,15 +91,24 @@ pub fn meaning(key: &str) -> Option<(Meaning, u8)> {
         "total_norm" | "grad_l2_norm" => (Meaning::GradNorm, 1),
         "norm" => (Meaning::GradNorm, 5),
         "loss" | "lm_loss" if eval_ctx => (Meaning::EvalLoss, 0),
-        "loss" => (Meaning::Loss, if train_ctx || before.is_empty() { 0 } else { 3 }),
+        "loss" => (
+            Meaning::Loss,
+            if train_ctx || before.is_empty() { 0 } else { 3 },
+        ),
         "total_loss" | "train_loss" | "training_loss" | "lm_loss" | "reduced_train_loss" => {
             (Meaning::Loss, 1)
         }
         "loss_step" | "train_loss_step" | "avg_loss" | "loss_avg" => (Meaning::Loss, 2),
         "eval_loss" | "val_loss" | "valid_loss" | "validation_loss" | "val_lm_loss"
         | "eval_lm_loss" | "validation_lm_loss" | "dev_loss" => (Meaning::EvalLoss, 0),
-        "tokens_per_s" | "tokens_per_sec" | "tokens_per_second" | "tps" | "tok_per_sec"
-        | "tokens_per_second_per_gpu" | "tok_s" | "toks_per_sec" => (Meaning::TokensPerS, 0),
+        "tokens_per_s"
+        | "tokens_per_sec"
+        | "tokens_per_second"
+        | "tps"
+        | "tok_per_sec"
+        | "tokens_per_second_per_gpu"
+        | "tok_s"
+        | "toks_per_sec" => (Meaning::TokensPerS, 0),
         "num_input_tokens_seen" | "tokens_seen" | "total_tokens" | "consumed_tokens" => {
             (Meaning::Tokens, 0)
         }
@@ -132,16 +144,42 @@ mod tests {
     #[test]
     fn names_by_meaning() {
         let of = |k: &str| meaning(k).map(|(m, _)| m);
-        for k in ["loss", "total_loss", "train_loss", "lm loss", "train/loss", "Loss"] {
+        for k in [
+            "loss",
+            "total_loss",
+            "train_loss",
+            "lm loss",
+            "train/loss",
+            "Loss",
+        ] {
             assert_eq!(of(k), Some(Meaning::Loss), "{k}");
         }
-        for k in ["lr", "learning_rate", "lr/pg1", "train/learning_rate", "LR", "learning rate"] {
+        for k in [
+            "lr",
+            "learning_rate",
+            "lr/pg1",
+            "train/learning_rate",
+            "LR",
+            "learning rate",
+        ] {
             assert_eq!(of(k), Some(Meaning::Lr), "{k}");
         }
-        for k in ["grad_norm", "gnorm", "grad-norm", "grad norm", "train/grad_norm"] {
+        for k in [
+            "grad_norm",
+            "gnorm",
+            "grad-norm",
+            "grad norm",
+            "train/grad_norm",
+        ] {
             assert_eq!(of(k), Some(Meaning::GradNorm), "{k}");
         }
-        for k in ["val_loss", "eval_loss", "validation loss", "eval/loss", "val/lm loss"] {
+        for k in [
+            "val_loss",
+            "eval_loss",
+            "validation loss",
+            "eval/loss",
+            "val/lm loss",
+        ] {
             assert_eq!(of(k), Some(Meaning::EvalLoss), "{k}");
         }
         for k in ["tokens_per_s", "tok/s", "train/tokens_per_second", "tps"] {
@@ -150,7 +188,15 @@ mod tests {
         for k in ["iter", "global_step", "step", "iteration", "num_updates"] {
             assert_eq!(of(k), Some(Meaning::Step), "{k}");
         }
-        for k in ["base_lr", "loss_cls", "data_time", "eta", "memory", "acc", "lr_scale"] {
+        for k in [
+            "base_lr",
+            "loss_cls",
+            "data_time",
+            "eta",
+            "memory",
+            "acc",
+            "lr_scale",
+        ] {
             assert_eq!(of(k), None, "{k}");
         }
         assert_eq!(of("max_iter"), Some(Meaning::Total));

@@ -327,16 +327,11 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
         }
         o.push_str("]\n");
     }
-    for n in input
-        .mapping
-        .notes
-        .iter()
-        .filter(|n| {
-            n.ends_with("not in the log")
-                || n.starts_with("other numbers")
-                || n.starts_with("key/value text")
-        })
-    {
+    for n in input.mapping.notes.iter().filter(|n| {
+        n.ends_with("not in the log")
+            || n.starts_with("other numbers")
+            || n.starts_with("key/value text")
+    }) {
         o.push_str(&format!("# {n}\n"));
     }
     o.push('\n');

@@ -320,7 +320,11 @@ impl LineParser for KvParser {
                 }
             }
         }
-        if !any {
+        // Nothing mapped beside the step (an eval line of unmapped numbers): no sample.
+        let only_step = fields.values.iter().all(Option::is_none)
+            && fields.step_time.is_none()
+            && fields.bad.is_none();
+        if !any || only_step {
             return Parsed::Skip;
         }
         fields.finish(&self.keys, &self.step_key)

@@ -131,8 +131,17 @@ pub fn log_like_name(name: &str) -> bool {
 fn skipped_dir(dir: &Path, name: &str) -> bool {
     matches!(
         name,
-        ".git" | ".hg" | ".svn" | "__pycache__" | "node_modules" | ".cache" | "site-packages"
-            | ".ipynb_checkpoints" | ".mypy_cache" | ".pytest_cache" | ".tox"
+        ".git"
+            | ".hg"
+            | ".svn"
+            | "__pycache__"
+            | "node_modules"
+            | ".cache"
+            | "site-packages"
+            | ".ipynb_checkpoints"
+            | ".mypy_cache"
+            | ".pytest_cache"
+            | ".tox"
     ) || dir.join("pyvenv.cfg").is_file()
 }
 
@@ -246,11 +255,18 @@ mod tests {
         w("venv/pyvenv.cfg");
         w("venv/lib/x.log");
         w("roger.prom");
+        w("roger-ledger.jsonl");
         w("model.safetensors");
         let found = search(
             d.path(),
             &|p| p.join("events.out.tfevents.1.host").is_file(),
-            &|p| (p.file_name().unwrap() == "roger.prom").then_some("roger's metrics export"),
+            &|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("roger")
+                    .then_some("roger's")
+            },
         )
         .unwrap();
         let rel: Vec<String> = found
@@ -267,7 +283,12 @@ mod tests {
                 "slurm-42.out"
             ]
         );
-        assert_eq!(found.passed_over.len(), 1);
+        // roger's own files: said when they could have been taken for a log (the ledger), never
+        // searched or ranked.
+        assert_eq!(
+            found.passed_over,
+            vec![(d.path().join("roger-ledger.jsonl"), "roger's")]
+        );
         assert!(!found.truncated);
     }
 
