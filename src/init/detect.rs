@@ -982,7 +982,6 @@ fn map_by_meaning(d: &Detected) -> Mapping {
     };
     m.total_steps = take("total_steps", total, &mut notes);
     m.tokens = take("tokens", by(Meaning::Tokens), &mut notes);
-    drop(take);
     // `time:` on a training line is the step's duration (MMEngine, detectron2, nanoGPT),
     // never a clock: say so, or the config's default `time` key would read it as one.
     if d.keys.iter().any(|k| k == "time") {

@@ -139,7 +139,7 @@ pub fn chosen_because(c: &[Candidate], order: &[usize]) -> String {
         .iter()
         .filter(|i| c[**i].metrics() == b.metrics())
         .collect();
-    if same.iter().any(|i| c[**i].modified < b.modified) {
+    if !same.is_empty() && same.iter().all(|i| c[**i].modified < b.modified) {
         why.push("it is the newest of those".into());
     } else if !same.is_empty() {
         why.push("it is the longest of those written as recently".into());

@@ -119,7 +119,7 @@ pub fn meaning(key: &str) -> Option<(Meaning, u8)> {
 
 /// Among `keys`, the one that best means `what` (ties: the first listed), with the words
 /// that say why.
-pub fn best<'a>(keys: &'a [String], what: Meaning) -> Option<(&'a str, String)> {
+pub fn best(keys: &[String], what: Meaning) -> Option<(&str, String)> {
     let (key, _) = keys
         .iter()
         .filter_map(|k| meaning(k).filter(|(m, _)| *m == what).map(|(_, r)| (k, r)))
