@@ -108,7 +108,7 @@ pub struct RegressArgs {
 
 pub fn parse_format(s: &str) -> Result<config::LogFormat, String> {
     serde_json::from_value(serde_json::Value::String(s.to_string()))
-        .map_err(|_| format!("unknown format {s:?}; expected jsonl, csv, text, hf-trainer-state, tensorboard, mlflow or wandb"))
+        .map_err(|_| format!("unknown format {s:?}; expected jsonl, csv, text, key-value, hf-trainer-state, tensorboard, mlflow or wandb"))
 }
 
 pub fn run(global: &Global, args: HygieneArgs) -> Result<u8> {

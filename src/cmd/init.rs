@@ -3,7 +3,7 @@
 
 use crate::cmd::Global;
 use crate::config::{Config, LogFormat};
-use crate::init::{self, detect};
+use crate::init::{self, detect, discover};
 use crate::ledger::{Kind, Ledger};
 use crate::metrics;
 use crate::outln;
@@ -54,7 +54,7 @@ pub struct InitArgs {
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
 
-    /// The log's format, instead of detecting it: jsonl, csv, text, hf-trainer-state,
+    /// The log's format, instead of detecting it: jsonl, csv, text, key-value, hf-trainer-state,
     /// tensorboard, mlflow or wandb.
     #[arg(long, value_name = "FORMAT", value_parser = super::hygiene::parse_format)]
     pub format: Option<LogFormat>,
@@ -135,7 +135,7 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
             }),
         (None, None) => detect_log(&log)?.with_context(|| {
             format!(
-                "{}: cannot tell the log's format: not JSON lines, not CSV with a header, not trainer_state.json, not TensorBoard events, and no known text line shape (llm.c, nanoGPT, modded-nanogpt, AlgoPerf, Megatron-LM / Megatron-DeepSpeed / NeMo, torchtitan); pass --pattern REGEX (named groups: step, loss, lr, ...) or --config FILE with [metrics] patterns",
+                "{}: cannot tell the log's format: not JSON lines, not CSV with a header, not trainer_state.json, not TensorBoard events, no known text line shape (llm.c, nanoGPT, modded-nanogpt, AlgoPerf, Megatron-LM / Megatron-DeepSpeed / NeMo, torchtitan), and not `key: value` lines beside a step counter (two or more); pass --pattern REGEX (named groups: step, loss, lr, ...) or --config FILE with [metrics] patterns",
                 log.display()
             )
         })?,
@@ -286,8 +286,9 @@ fn detect_log(log: &Path) -> Result<Option<detect::Detected>> {
 }
 
 /// `--log DIR`: the directory itself when it is a log (TensorBoard event files, an MLflow
-/// run), else the newest log there (or one level down): a file that looks like a metrics
-/// log, or a directory that is one.
+/// run), else the best log found under it at any depth ([`metrics::locate::search`]), ranked
+/// by [`init::discover`]: what was found, the one chosen and why, the runners-up, and what
+/// was passed over are said.
 fn find_log(path: &Path, passed: &mut Vec<String>) -> Result<PathBuf> {
     if !path.is_dir() {
         if !path.exists() {
@@ -298,62 +299,108 @@ fn find_log(path: &Path, passed: &mut Vec<String>) -> Result<PathBuf> {
     if directory_log(path).is_some() {
         return Ok(path.to_path_buf());
     }
-    let looks_like_log = |p: &Path| {
-        let n = p
-            .file_name()
-            .map(|n| n.to_string_lossy().to_lowercase())
-            .unwrap_or_default();
-        n == "trainer_state.json"
-            || n.ends_with(".jsonl")
-            || n.ends_with(".csv")
-            || n.ends_with(".log")
-            || n == "log.txt"
-    };
-    let mut found: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
-    let mut passed_over: Vec<(PathBuf, &'static str)> = Vec::new();
-    let mut visit = |dir: &Path, depth: usize, found: &mut Vec<_>| -> Result<Vec<PathBuf>> {
-        let mut subdirs = Vec::new();
-        for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-            let p = e?.path();
-            if let Some(why) = rogers_own(&p) {
-                // Only what could have been taken for a log is worth a word.
-                if p.is_dir() || looks_like_log(&p) {
-                    passed_over.push((p, why));
-                }
-                continue;
-            }
-            if p.is_dir() {
-                if let Some(m) = directory_log(&p) {
-                    found.push((m, p));
-                } else if depth == 0 {
-                    subdirs.push(p);
-                }
-            } else if p.is_file() && looks_like_log(&p) {
-                let m = std::fs::metadata(&p)?.modified()?;
-                found.push((m, p));
-            }
-        }
-        Ok(subdirs)
-    };
-    for sub in visit(path, 0, &mut found)? {
-        visit(&sub, 1, &mut found)?;
-    }
-    passed_over.sort();
-    for (p, why) in &passed_over {
+    let found = metrics::locate::search(path, &|d| directory_log(d).is_some(), &rogers_own)
+        .with_context(|| format!("listing {}", path.display()))?;
+    for (p, why) in &found.passed_over {
         crate::noteln!("roger: init: passed over {} ({why})", p.display());
         passed.push(format!("{} ({why})", p.display()));
     }
-    found.sort();
-    match found.pop() {
-        Some((_, p)) => {
-            crate::noteln!("roger: init: using {} (the newest log in {})", p.display(), path.display());
-            Ok(p)
-        }
-        None => bail!(
-            "{}: no log found (looked for trainer_state.json, *.jsonl, *.csv, *.log, TensorBoard event files and MLflow runs there and one level down); pass --log FILE",
-            path.display()
-        ),
+    if found.truncated {
+        crate::noteln!(
+            "roger: init: stopped searching {} after {} entries; pass --log with the run's own folder",
+            path.display(),
+            metrics::locate::SEARCH_ENTRIES
+        );
     }
+    let cands: Vec<discover::Candidate> = found.logs.iter().map(|p| candidate(path, p)).collect();
+    let order = discover::rank(&cands);
+    let lines = discover::describe(&cands, &order);
+    if let Some(&best) = order.first() {
+        crate::noteln!(
+            "roger: init: {} log(s) found under {} ({} readable), best first:",
+            cands.len(),
+            path.display(),
+            order.len()
+        );
+        for l in &lines {
+            crate::noteln!("roger: init:   {l}");
+        }
+        let chosen = found.logs[best].clone();
+        crate::noteln!(
+            "roger: init: using {} ({})",
+            chosen.display(),
+            discover::chosen_because(&cands, &order)
+        );
+        return Ok(chosen);
+    }
+    for l in &lines {
+        crate::noteln!("roger: init:   {l}");
+    }
+    bail!(
+        "{}: no log found (searched {} levels down for trainer_state.json, metrics.json, *.jsonl, *.csv, *.log, *.txt, *.out, stdout, TensorBoard event folders, MLflow runs and W&B folders{}); pass --log FILE",
+        path.display(),
+        metrics::locate::SEARCH_DEPTH,
+        match cands.len() {
+            0 => String::new(),
+            n => format!("; {n} named like a log but not readable as one, listed above"),
+        }
+    )
+}
+
+/// What init learns about one found log to rank it: its format, whether its mapping found
+/// loss and lr, when it was last written and how long it is.
+fn candidate(root: &Path, p: &Path) -> discover::Candidate {
+    let shown = p.strip_prefix(root).unwrap_or(p).display().to_string();
+    let (modified, bytes) = if p.is_dir() {
+        (directory_log(p), dir_bytes(p, 3))
+    } else {
+        let m = std::fs::metadata(p).ok();
+        (
+            m.as_ref().and_then(|m| m.modified().ok()),
+            m.map_or(0, |m| m.len()),
+        )
+    };
+    let mut c = discover::Candidate {
+        shown,
+        format: None,
+        unreadable: None,
+        has_loss: false,
+        has_lr: false,
+        modified,
+        bytes,
+    };
+    match detect_log(p) {
+        Ok(Some(d)) => {
+            let m = detect::map_keys(&d);
+            let has = |k: &str| {
+                m.chosen.iter().any(|c| c.0 == k)
+                    || d.patterns
+                        .iter()
+                        .any(|pat| pat.regex.contains(&format!("?P<{k}>")))
+            };
+            c.has_loss = has("loss");
+            c.has_lr = has("lr");
+            c.format = Some(d.format);
+        }
+        Ok(None) => c.unreadable = Some("no format roger knows".into()),
+        Err(e) => c.unreadable = Some(format!("{e:#}")),
+    }
+    c
+}
+
+/// Bytes of the files in `dir`, `depth` levels down (a log directory's size).
+fn dir_bytes(dir: &Path, depth: usize) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() && depth > 0 => dir_bytes(&e.path(), depth - 1),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// Why `p` is roger's own file or folder (never a training log), or None. By name, and a

@@ -2,6 +2,7 @@
 //! bytes (and its name); the detectors are a list, so a new format is one more function.
 
 use crate::config::{Clock, KeyList, LogFormat, MetricsConfig, TextPattern, VramUnit};
+use crate::init::meaning::{self, Meaning};
 use crate::metrics::text::{FINISHED, NAN_ITERATIONS};
 use std::collections::BTreeSet;
 
@@ -21,8 +22,69 @@ pub struct Detected {
 type Detector = fn(&str, &[u8]) -> Option<Detected>;
 
 /// Tried in order; the first that recognises the head wins. TensorBoard is first (its head
-/// is binary); text is last: it matches anything one of its known line shapes matches.
-const DETECTORS: &[Detector] = &[wandb, tensorboard, hf_trainer_state, jsonl, csv, text];
+/// is binary); then the named text shapes (they know more: a declared total, an end line);
+/// the general key/value reader is last: what no named shape reads.
+const DETECTORS: &[Detector] = &[
+    wandb,
+    tensorboard,
+    hf_trainer_state,
+    jsonl,
+    csv,
+    text,
+    key_value,
+];
+
+/// Key/value text ([`crate::metrics::kv`]): at least two lines with a step counter and
+/// another number beside it. Its keys are the names on those lines.
+fn key_value(_: &str, head: &[u8]) -> Option<Detected> {
+    use crate::init::meaning::{meaning, Meaning};
+    use crate::metrics::kv::{self, Value};
+    let mut names: Vec<String> = Vec::new();
+    let (mut counted, mut seen, mut bad, mut epochs) = (0u64, 0u64, 0u64, false);
+    for raw in head.split(|b| *b == b'\n') {
+        let l = kv::pairs(&String::from_utf8_lossy(&crate::metrics::clean_line(raw)));
+        if l.pairs.is_empty() && l.epoch_iter.is_none() {
+            continue;
+        }
+        seen += 1;
+        let step = l.epoch_iter.is_some()
+            || l.pairs.iter().any(|(k, v)| {
+                matches!(v, Value::Num(_)) && matches!(meaning(k), Some((Meaning::Step, _)))
+            });
+        if l.other_mode || !step || l.pairs.len() < 2 {
+            continue;
+        }
+        counted += 1;
+        epochs |= l.epoch_iter.is_some();
+        for (k, v) in &l.pairs {
+            if matches!(v, Value::Bad(_)) && meaning(k).is_some() {
+                bad += 1;
+            }
+            if !names.contains(k) {
+                names.push(k.clone());
+            }
+        }
+    }
+    if counted < 2 {
+        return None;
+    }
+    if epochs && !names.iter().any(|n| n == "iter") {
+        names.push("iter".into());
+    }
+    let bad = match bad {
+        0 => String::new(),
+        n => format!("; {n} value(s) of known metrics look numeric but do not parse"),
+    };
+    Some(Detected {
+        format: LogFormat::KeyValue,
+        why: format!(
+            "key/value text: {counted} of {seen} lines with pairs hold a step counter and numbers ({} names){bad}",
+            names.len()
+        ),
+        keys: names,
+        patterns: Vec::new(),
+    })
+}
 
 /// Detect the format of a log from its name and its first bytes (a few hundred lines).
 pub fn detect(name: &str, head: &[u8]) -> Option<Detected> {
@@ -734,6 +796,9 @@ pub fn map_keys(d: &Detected) -> Mapping {
             notes,
         };
     }
+    if d.format == LogFormat::KeyValue {
+        return map_by_meaning(d);
+    }
     // Event files and MLflow points carry their own step and time.
     let own_step = matches!(d.format, LogFormat::Tensorboard | LogFormat::Mlflow);
     if own_step {
@@ -741,28 +806,60 @@ pub fn map_keys(d: &Detected) -> Mapping {
     }
     let has = |k: &str| d.keys.iter().any(|x| x == k);
     let pick = |cands: &[&str]| cands.iter().find(|c| has(c)).map(|c| c.to_string());
-    let mut set = |what: &'static str, cands: &[&str], slot: &mut String| match pick(cands) {
-        Some(k) => {
-            notes.push(format!("{what} <- {k:?}"));
-            chosen.push((what, format!("{k:?}")));
-            *slot = k;
+    // A known spelling first; else the key that means it (`train/lm_loss`, `gnorm`).
+    let mut set = |what: &'static str, cands: &[&str], by: Option<Meaning>, slot: &mut String| {
+        let found = pick(cands).map(|k| (k, None)).or_else(|| {
+            by.and_then(|b| meaning::best(&d.keys, b))
+                .map(|(k, why)| (k.to_string(), Some(why)))
+        });
+        match found {
+            Some((k, None)) => {
+                notes.push(format!("{what} <- {k:?}"));
+                chosen.push((what, format!("{k:?}")));
+                *slot = k;
+            }
+            Some((k, Some(why))) => {
+                notes.push(format!("{what} <- {k:?} ({why})"));
+                chosen.push((what, format!("{k:?}")));
+                *slot = k;
+            }
+            None => notes.push(format!("{what}: not in the log")),
         }
-        None => notes.push(format!("{what}: not in the log")),
     };
     if !own_step {
-        set("step", STEP, &mut m.step);
+        set("step", STEP, Some(Meaning::Step), &mut m.step);
     }
-    set("loss", LOSS, &mut m.loss);
-    set("grad_norm", GRAD_NORM, &mut m.grad_norm);
-    set("tokens_per_s", TOKENS_PER_S, &mut m.tokens_per_s);
-    set("vram", VRAM, &mut m.vram);
-    set("eval_loss", EVAL_LOSS, &mut m.eval_loss);
+    set("loss", LOSS, Some(Meaning::Loss), &mut m.loss);
+    set(
+        "grad_norm",
+        GRAD_NORM,
+        Some(Meaning::GradNorm),
+        &mut m.grad_norm,
+    );
+    set(
+        "tokens_per_s",
+        TOKENS_PER_S,
+        Some(Meaning::TokensPerS),
+        &mut m.tokens_per_s,
+    );
+    set("vram", VRAM, None, &mut m.vram);
+    set(
+        "eval_loss",
+        EVAL_LOSS,
+        Some(Meaning::EvalLoss),
+        &mut m.eval_loss,
+    );
     // trainer_state.json's max_steps is read without being named.
     if d.format != LogFormat::HfTrainerState {
-        set("total_steps", TOTAL, &mut m.total_steps);
+        set(
+            "total_steps",
+            TOTAL,
+            Some(Meaning::Total),
+            &mut m.total_steps,
+        );
     }
     if m.tokens_per_s.is_empty() || !has(&m.tokens_per_s) {
-        set("tokens", TOKENS, &mut m.tokens);
+        set("tokens", TOKENS, Some(Meaning::Tokens), &mut m.tokens);
     }
     // Lightning's LearningRateMonitor: `lr-AdamW`, `lr-Muon`, ... one per optimizer/group.
     let groups: Vec<String> = d
@@ -784,7 +881,14 @@ pub fn map_keys(d: &Detected) -> Mapping {
             chosen.push(("lr", format!("{:?}", groups[0])));
             m.lr = KeyList(vec![groups[0].clone()]);
         }
-        None => notes.push("lr: not in the log".into()),
+        None => match meaning::best(&d.keys, Meaning::Lr) {
+            Some((k, why)) => {
+                notes.push(format!("lr <- {k:?} ({why})"));
+                chosen.push(("lr", format!("{k:?}")));
+                m.lr = KeyList(vec![k.to_string()]);
+            }
+            None => notes.push("lr: not in the log".into()),
+        },
     }
     if has(&m.vram) {
         let lower = m.vram.to_ascii_lowercase();
@@ -825,6 +929,77 @@ pub fn map_keys(d: &Detected) -> Mapping {
             }
             break;
         }
+    }
+    Mapping {
+        metrics: m,
+        chosen,
+        notes,
+    }
+}
+
+/// A key/value text log: every metric by meaning ([`meaning`]), the planned total from the
+/// step counter's own total (`[50/90000]` gives `max_iter`), and the numbers left unmapped
+/// named, so that the user sees what was not judged.
+fn map_by_meaning(d: &Detected) -> Mapping {
+    let mut m = MetricsConfig {
+        time: String::new(),
+        vram: String::new(),
+        ..MetricsConfig::default()
+    };
+    let mut notes = vec![
+        "key/value text: each name mapped by its meaning (spellings and the rule: docs/log-shapes.md)"
+            .to_string(),
+    ];
+    let mut chosen: Vec<(&'static str, String)> = Vec::new();
+    let mut used: Vec<String> = Vec::new();
+    let mut take =
+        |what: &'static str, key: Option<(&str, String)>, notes: &mut Vec<String>| match key {
+            Some((k, why)) => {
+                notes.push(format!("{what} <- {k:?} ({why})"));
+                chosen.push((what, format!("{k:?}")));
+                used.push(k.to_string());
+                k.to_string()
+            }
+            None => {
+                notes.push(format!("{what}: not in the log"));
+                String::new()
+            }
+        };
+    let by = |what| meaning::best(&d.keys, what);
+    m.step = take("step", by(Meaning::Step), &mut notes);
+    m.loss = take("loss", by(Meaning::Loss), &mut notes);
+    m.lr = KeyList(vec![take("lr", by(Meaning::Lr), &mut notes)]);
+    m.grad_norm = take("grad_norm", by(Meaning::GradNorm), &mut notes);
+    m.tokens_per_s = take("tokens_per_s", by(Meaning::TokensPerS), &mut notes);
+    m.eval_loss = take("eval_loss", by(Meaning::EvalLoss), &mut notes);
+    let counter_total = format!("max_{}", m.step);
+    let total = match d.keys.iter().find(|k| **k == counter_total) {
+        Some(k) => Some((
+            k.as_str(),
+            "the step counter's own total, `[N/M]`".to_string(),
+        )),
+        None => by(Meaning::Total),
+    };
+    m.total_steps = take("total_steps", total, &mut notes);
+    m.tokens = take("tokens", by(Meaning::Tokens), &mut notes);
+    // `time:` on a training line is the step's duration (MMEngine, detectron2, nanoGPT),
+    // never a clock: say so, or the config's default `time` key would read it as one.
+    if d.keys.iter().any(|k| k == "time") {
+        notes.push("time <- \"\" (the lines' `time` is a step's duration, not a clock: samples are timed when read)".into());
+        chosen.push(("time", "\"\"".into()));
+        used.push("time".into());
+    }
+    let others: Vec<&str> = d
+        .keys
+        .iter()
+        .filter(|k| !used.contains(k))
+        .map(String::as_str)
+        .collect();
+    if !others.is_empty() {
+        notes.push(format!(
+            "other numbers on the step lines, not judged: {}",
+            others.join(", ")
+        ));
     }
     Mapping {
         metrics: m,
@@ -1320,5 +1495,35 @@ mod tests {
 
     fn r_grad(p: &mut dyn crate::metrics::LineParser, line: &str) -> Option<f64> {
         sample(p, line).get("grad_norm")
+    }
+
+    /// Keys no known spelling lists are mapped by meaning, and init says so.
+    #[test]
+    fn event_tags_and_run_keys_by_meaning() {
+        let d = Detected {
+            format: LogFormat::Mlflow,
+            why: String::new(),
+            keys: [
+                "train/lm_loss",
+                "train/gnorm",
+                "val/lm_loss",
+                "lr/pg1",
+                "lr/pg0",
+                "acc",
+            ]
+            .map(String::from)
+            .to_vec(),
+            patterns: Vec::new(),
+        };
+        let m = map_keys(&d);
+        assert_eq!(m.metrics.loss, "train/lm_loss");
+        assert_eq!(m.metrics.grad_norm, "train/gnorm");
+        assert_eq!(m.metrics.eval_loss, "val/lm_loss");
+        assert!(
+            m.notes.iter().any(|n| n
+                == "loss <- \"train/lm_loss\" (by meaning: its last path segment \"lm_loss\" reads as loss)"),
+            "{:?}",
+            m.notes
+        );
     }
 }

@@ -4,8 +4,10 @@
 
 pub mod bands;
 pub mod detect;
+pub mod discover;
 pub mod fit;
 pub mod fit_steps;
+pub mod meaning;
 
 use crate::config::{kind_name, LogFormat, ScheduleConfig};
 use crate::metrics::{Sample, LR};
@@ -204,11 +206,26 @@ fn eval_rising(samples: &[Sample]) -> Option<String> {
     })
 }
 
+/// Why `[metrics] key` was chosen, from its note (`lr <- "x" (by meaning: ...)`): the words
+/// in parentheses, for the config's comment; empty for a key taken by its usual spelling.
+fn mapping_why(notes: &[String], key: &str) -> String {
+    let head = format!("{key} <- ");
+    notes
+        .iter()
+        .filter_map(|n| n.strip_prefix(&head))
+        .find_map(|rest| {
+            let open = rest.find(" (")?;
+            rest[open + 2..].strip_suffix(')').map(str::to_string)
+        })
+        .unwrap_or_default()
+}
+
 pub fn format_name(f: LogFormat) -> &'static str {
     match f {
         LogFormat::Jsonl => "jsonl",
         LogFormat::Csv => "csv",
         LogFormat::Text => "text",
+        LogFormat::KeyValue => "key-value",
         LogFormat::HfTrainerState => "hf-trainer-state",
         LogFormat::Tensorboard => "tensorboard",
         LogFormat::Mlflow => "mlflow",
@@ -335,7 +352,7 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
 
     o.push_str("[metrics]\n# Which log key holds what (chosen from the keys the log has).\n");
     for (k, v) in &input.mapping.chosen {
-        line(&mut o, k, v, "");
+        line(&mut o, k, v, &mapping_why(&input.mapping.notes, k));
     }
     if !input.mapping.metrics.patterns.is_empty() {
         o.push_str("patterns = [\n");
@@ -351,12 +368,11 @@ fn render(input: &Input, fit: &FitOutcome, phases: &[bands::Phase]) -> String {
         }
         o.push_str("]\n");
     }
-    for n in input
-        .mapping
-        .notes
-        .iter()
-        .filter(|n| n.ends_with("not in the log"))
-    {
+    for n in input.mapping.notes.iter().filter(|n| {
+        n.ends_with("not in the log")
+            || n.starts_with("other numbers")
+            || n.starts_with("key/value text")
+    }) {
         o.push_str(&format!("# {n}\n"));
     }
     o.push('\n');

@@ -13,6 +13,9 @@ pub enum LogFormat {
     Csv,
     /// Plain text matched with `[metrics] patterns`.
     Text,
+    /// Plain text of `key: value`, `key=value` or `key value` pairs beside a step counter,
+    /// read without patterns: `[metrics]` names the keys as the log spells them (any case).
+    KeyValue,
     /// Hugging Face Trainer's trainer_state.json (read as a snapshot).
     HfTrainerState,
     /// TensorBoard event files (`events.out.tfevents.*`): one file or a writer's directory.

@@ -7,6 +7,7 @@ pub mod derive;
 mod fields;
 pub mod hf_state;
 pub mod jsonl;
+pub mod kv;
 pub mod lines;
 pub mod locate;
 pub mod mapping;
@@ -215,6 +216,7 @@ pub fn line_parser(format: LogFormat, m: &MetricsConfig) -> Result<Option<Box<dy
         LogFormat::Jsonl => Some(Box::new(jsonl::JsonlParser::new(m))),
         LogFormat::Csv => Some(Box::new(csv::CsvParser::new(m))),
         LogFormat::Text => Some(Box::new(text::TextParser::new(m)?)),
+        LogFormat::KeyValue => Some(Box::new(kv::KvParser::new(m))),
         LogFormat::HfTrainerState
         | LogFormat::Tensorboard
         | LogFormat::Mlflow
@@ -316,7 +318,11 @@ impl Source {
             )))),
             LogFormat::Mlflow => Some(Source::Mlflow(Box::new(mlflow::MlflowRun::new(path, m)))),
             LogFormat::Wandb => Some(Source::Wandb(Box::new(wandb::WandbRun::new(path, m)))),
-            LogFormat::Jsonl | LogFormat::Csv | LogFormat::Text | LogFormat::HfTrainerState => None,
+            LogFormat::Jsonl
+            | LogFormat::Csv
+            | LogFormat::Text
+            | LogFormat::KeyValue
+            | LogFormat::HfTrainerState => None,
         }
     }
 
