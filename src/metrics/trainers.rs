@@ -1,0 +1,498 @@
+//! The trainers people use, known by the files they write: Ultralytics YOLO (`results.csv`
+//! beside `args.yaml`, or YOLOv5's `opt.yaml`), detectron2 (`metrics.json`), MMEngine
+//! (`vis_data/scalars.json`), Keras's `CSVLogger`, timm's `summary.csv`, Lightning's
+//! `CSVLogger` (`metrics.csv` beside `hparams.yaml`) and an MLflow run's `params/`. Pure over
+//! a log's name, its keys and the run's own arguments: which key is the step, the loss, the
+//! lr (by a stated rule where there are parameter groups) and the eval loss, whether the axis
+//! counts epochs, and the planned total — each choice in words. [`run_args`] is the one read.
+
+use crate::metrics::mapping::{Clock, KeyList, MetricsConfig, StepUnit, VramUnit};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One file of a run's arguments: its name and its top-level `key: value` scalars.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunArgs {
+    pub file: String,
+    pub values: BTreeMap<String, String>,
+}
+
+/// Files beside a log that hold the run's arguments, in the order they are trusted.
+const ARG_FILES: &[&str] = &["args.yaml", "opt.yaml", "hparams.yaml", "hyp.yaml"];
+
+/// The run's arguments found beside `log` (or in its parent, for MMEngine's `vis_data/` and
+/// Lightning's `version_N/`), and an MLflow run's `params/` (one file per parameter).
+/// Unreadable files are left out: they only ever add a planned total.
+pub fn run_args(log: &Path) -> Vec<RunArgs> {
+    let mut out = Vec::new();
+    let dir = if log.is_dir() {
+        Some(log)
+    } else {
+        log.parent()
+    };
+    let Some(dir) = dir else { return out };
+    for d in [Some(dir), dir.parent()].into_iter().flatten() {
+        for name in ARG_FILES {
+            if let Ok(text) = std::fs::read_to_string(d.join(name)) {
+                out.push(RunArgs {
+                    file: d.join(name).display().to_string(),
+                    values: top_level_scalars(&text),
+                });
+            }
+        }
+        if !out.is_empty() {
+            break;
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(dir.join("params")) {
+        let mut values = BTreeMap::new();
+        for e in entries.flatten() {
+            if let Ok(v) = std::fs::read_to_string(e.path()) {
+                values.insert(
+                    e.file_name().to_string_lossy().into_owned(),
+                    v.trim().into(),
+                );
+            }
+        }
+        out.push(RunArgs {
+            file: dir.join("params").display().to_string(),
+            values,
+        });
+    }
+    out
+}
+
+/// The top-level `key: value` lines of a YAML file (nested maps, lists and anything after a
+/// tag such as `!!python/object` are not scalars of the run and are left out). A YAML parser
+/// would refuse a Lightning `hparams.yaml` holding Python tags; these few keys are all that
+/// is read.
+pub fn top_level_scalars(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        if line.starts_with([' ', '\t', '-', '#']) {
+            continue;
+        }
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        let v = v.split(" #").next().unwrap_or("").trim();
+        let v = v.trim_matches(|c| c == '\'' || c == '"');
+        if !v.is_empty() && !v.starts_with('!') {
+            out.insert(k.trim().to_string(), v.to_string());
+        }
+    }
+    out
+}
+
+/// A trainer recognised by its log, and what roger reads from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trainer {
+    pub name: &'static str,
+    pub unit: StepUnit,
+    pub step: String,
+    pub loss: Option<String>,
+    pub lr: Option<String>,
+    pub eval_loss: Option<String>,
+    /// The sample time: a key and how it counts; None: samples are timed when read.
+    pub time: Option<(String, Clock)>,
+    /// The log's `time` key is no clock (detectron2's and MMEngine's: the seconds one
+    /// iteration took) and must be written off (`time = ""`), or roger's default would read
+    /// it as unix seconds.
+    pub time_is_duration: bool,
+    /// The VRAM key and its unit, where the trainer logs one.
+    pub vram: Option<(String, VramUnit)>,
+    /// The planned last step (or epoch), and where it was read.
+    pub total: Option<(u64, String)>,
+    /// Why each choice, for the printed summary.
+    pub notes: Vec<String>,
+}
+
+impl Trainer {
+    fn new(name: &'static str, unit: StepUnit, step: &str) -> Trainer {
+        Trainer {
+            name,
+            unit,
+            step: step.into(),
+            loss: None,
+            lr: None,
+            eval_loss: None,
+            time: None,
+            time_is_duration: false,
+            vram: None,
+            total: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// Puts the trainer's choices on a mapping: the metrics config a reader uses, the
+    /// `[metrics]` lines to write (replacing the general mapping's), and the notes.
+    pub fn apply(
+        &self,
+        m: &mut MetricsConfig,
+        chosen: &mut Vec<(&'static str, String)>,
+        notes: &mut Vec<String>,
+    ) {
+        let mut set = |key: &'static str, value: Option<String>| {
+            chosen.retain(|(k, _)| *k != key);
+            if let Some(v) = value {
+                chosen.push((key, v));
+            }
+        };
+        m.step = self.step.clone();
+        set("step", Some(format!("{:?}", self.step)));
+        if let Some(l) = &self.loss {
+            m.loss = l.clone();
+            set("loss", Some(format!("{l:?}")));
+        }
+        if let Some(l) = &self.lr {
+            m.lr = KeyList(vec![l.clone()]);
+            set("lr", Some(format!("{l:?}")));
+        }
+        if let Some(e) = &self.eval_loss {
+            m.eval_loss = e.clone();
+            set("eval_loss", Some(format!("{e:?}")));
+        }
+        m.time = String::new();
+        m.clock = Clock::Unix;
+        set("time", None);
+        set("clock", None);
+        if self.time_is_duration {
+            set("time", Some("\"\"".into()));
+        }
+        if let Some((k, clock)) = &self.time {
+            m.time = k.clone();
+            m.clock = *clock;
+            set("time", Some(format!("{k:?}")));
+            if *clock == Clock::Elapsed {
+                set("clock", Some("\"elapsed\"".into()));
+            }
+        }
+        if let Some((k, unit)) = &self.vram {
+            m.vram = k.clone();
+            m.vram_unit = *unit;
+            set("vram", Some(format!("{k:?}")));
+            set("vram_unit", Some(format!("{:?}", format!("{unit:?}"))));
+        }
+        m.unit = self.unit;
+        if self.unit == StepUnit::Epoch {
+            set("unit", Some("\"epoch\"".into()));
+        }
+        if let Some((t, _)) = &self.total {
+            m.planned_total = Some(*t);
+            set("planned_total", Some(t.to_string()));
+        }
+        // The general mapping's words on what the trainer now decides are no longer true.
+        let mut decided = vec!["step", "time"];
+        for (key, set) in [
+            ("loss", self.loss.is_some()),
+            ("lr", self.lr.is_some()),
+            ("eval_loss", self.eval_loss.is_some()),
+            ("vram", self.vram.is_some()),
+            ("total_steps", self.total.is_some()),
+        ] {
+            if set {
+                decided.push(key);
+            }
+        }
+        notes.retain(|n| {
+            !decided
+                .iter()
+                .any(|k| n.starts_with(&format!("{k} <-")) || n.starts_with(&format!("{k}:")))
+        });
+        notes.push(format!("trainer: {}", self.name));
+        notes.extend(self.notes.iter().cloned());
+    }
+}
+
+/// The first value of `key` in the run's arguments, as a positive whole number.
+fn arg_count(args: &[RunArgs], keys: &[&str]) -> Option<(u64, String)> {
+    args.iter().find_map(|a| {
+        keys.iter().find_map(|k| {
+            let v = a.values.get(*k)?;
+            let n = v
+                .parse::<f64>()
+                .ok()
+                .filter(|n| *n >= 1.0 && n.fract() == 0.0)?;
+            Some((n as u64, format!("{k}: {v} in {}", a.file)))
+        })
+    })
+}
+
+/// The trainer whose files these are, if roger knows it. `keys` are the log's columns or
+/// JSON keys; `first_step` is the first sample's step where the caller has read it (YOLO
+/// and Keras count epochs from 0 or 1 by version); `args` from [`run_args`].
+pub fn recognise(
+    name: &str,
+    keys: &[String],
+    first_step: Option<u64>,
+    args: &[RunArgs],
+) -> Option<Trainer> {
+    let _ = name;
+    let has = |k: &str| keys.iter().any(|x| x == k);
+    if has("epoch")
+        && (has("lr/pg0") || has("x/lr0"))
+        && keys.iter().any(|k| k.starts_with("train/"))
+    {
+        return Some(yolo(keys, first_step, args));
+    }
+    if has("iteration") && has("total_loss") {
+        let mut t = Trainer::new("detectron2 metrics.json", StepUnit::Step, "iteration");
+        t.loss = Some("total_loss".into());
+        t.lr = has("lr").then(|| "lr".into());
+        t.notes.push("step <- \"iteration\", loss <- \"total_loss\" (the sum of the loss terms), lr <- \"lr\"".into());
+        t.notes.push("time = \"\": detectron2's `time` is the seconds one iteration took, no clock; samples are timed by the file's mtime".into());
+        t.time_is_duration = has("time");
+        t.total = arg_count(args, &["max_iter", "MAX_ITER"]);
+        return Some(t);
+    }
+    if has("iter") && has("step") && has("data_time") && (has("loss") || has("lr")) {
+        // MMEngine's LocalVisBackend: train records carry `iter` (and `epoch` when training
+        // by epoch); validation records carry only `step`, which is then the epoch number.
+        let mut t = Trainer::new("MMEngine vis_data/scalars.json", StepUnit::Step, "iter");
+        t.loss = has("loss").then(|| "loss".into());
+        t.lr = has("lr").then(|| "lr".into());
+        t.notes.push("step <- \"iter\": validation records carry only `step`, the epoch number when training by epoch, which would read as the run going back".into());
+        t.notes.push("time = \"\": MMEngine's `time` is the seconds one iteration took, no clock; samples are timed by the file's mtime".into());
+        t.time_is_duration = has("time");
+        if has("memory") {
+            t.vram = Some(("memory".into(), VramUnit::MiB));
+            t.notes
+                .push("vram <- \"memory\" (MMEngine logs the peak allocated memory in MiB)".into());
+        }
+        t.total = arg_count(args, &["max_iters"]);
+        return Some(t);
+    }
+    if has("epoch") && has("train_loss") && has("eval_loss") && !has("step") {
+        let mut t = Trainer::new("timm summary.csv", StepUnit::Epoch, "epoch");
+        t.loss = Some("train_loss".into());
+        t.eval_loss = Some("eval_loss".into());
+        t.lr = has("lr").then(|| "lr".into());
+        t.notes
+            .push("one row per epoch: the axis counts epochs".into());
+        t.total = zero_based(arg_count(args, &["epochs"]), first_step);
+        return Some(t);
+    }
+    if has("epoch") && !has("step") && (has("loss") || has("val_loss")) {
+        let mut t = Trainer::new(
+            "one row per epoch (Keras CSVLogger's shape)",
+            StepUnit::Epoch,
+            "epoch",
+        );
+        t.loss = has("loss").then(|| "loss".into());
+        t.eval_loss = has("val_loss").then(|| "val_loss".into());
+        t.lr = ["lr", "learning_rate"]
+            .iter()
+            .find(|k| has(k))
+            .map(|k| k.to_string());
+        t.notes
+            .push("one row per epoch (Keras counts from 0): the axis counts epochs".into());
+        t.total = zero_based(arg_count(args, &["epochs"]), first_step);
+        return Some(t);
+    }
+    None
+}
+
+/// A planned number of epochs as the last epoch the log will show: `epochs - 1` where the log
+/// counts from 0.
+fn zero_based(total: Option<(u64, String)>, first_step: Option<u64>) -> Option<(u64, String)> {
+    match (total, first_step) {
+        (Some((n, from)), Some(0)) if n > 1 => Some((
+            n - 1,
+            format!(
+                "{from}; the log counts epochs from 0, so the last is {}",
+                n - 1
+            ),
+        )),
+        (t, _) => t,
+    }
+}
+
+/// Ultralytics YOLO's results.csv (v5: `x/lr0..2`; v8 and later: `lr/pg0..2`).
+fn yolo(keys: &[String], first_step: Option<u64>, args: &[RunArgs]) -> Trainer {
+    let has = |k: &str| keys.iter().any(|x| x == k);
+    let v5 = has("x/lr0");
+    let mut t = Trainer::new(
+        if v5 {
+            "Ultralytics YOLOv5 results.csv"
+        } else {
+            "Ultralytics YOLO (v8 and later) results.csv"
+        },
+        StepUnit::Epoch,
+        "epoch",
+    );
+    let (pg0, pg1) = if v5 {
+        ("x/lr0", "x/lr1")
+    } else {
+        ("lr/pg0", "lr/pg1")
+    };
+    t.lr = Some(pg1.into());
+    t.notes.push(format!(
+        "lr <- {pg1:?}: YOLO's parameter groups are {pg0} (biases), pg1 (weights with decay), pg2 (BatchNorm weights); {pg0} warms down from warmup_bias_lr (0.1) while the others warm up, so the schedule (lr0 × lf(epoch)) is read from pg1"
+    ));
+    t.loss = Some("train/box_loss".into());
+    t.eval_loss = has("val/box_loss").then(|| "val/box_loss".into());
+    t.notes.push("loss <- \"train/box_loss\": YOLO logs its loss in parts (box, cls, dfl or obj); the box loss is in every version".into());
+    if has("time") {
+        t.time = Some(("time".into(), Clock::Elapsed));
+        t.notes
+            .push("time <- \"time\": seconds since the run started".into());
+    }
+    t.notes
+        .push("one row per epoch: the axis counts epochs".into());
+    t.total = zero_based(arg_count(args, &["epochs"]), first_step);
+    t
+}
+
+/// A run whose steps are epochs by its own arguments: an MLflow (or HF) run logging one
+/// point per epoch, with `epochs`, `num_train_epochs` or `max_epochs` among its parameters
+/// and no step beyond it. The planned total and the unit, with where they were read.
+pub fn epoch_axis(args: &[RunArgs], last_step: u64) -> Option<(u64, String)> {
+    let (n, from) = arg_count(
+        args,
+        &["epochs", "num_train_epochs", "max_epochs", "num_epochs"],
+    )?;
+    (last_step <= n).then_some((n, from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(header: &str) -> Vec<String> {
+        header.split(',').map(|k| k.trim().to_string()).collect()
+    }
+
+    fn args(file: &str, text: &str) -> Vec<RunArgs> {
+        vec![RunArgs {
+            file: file.into(),
+            values: top_level_scalars(text),
+        }]
+    }
+
+    #[test]
+    fn yaml_scalars_at_the_top_level_only() {
+        let v = top_level_scalars("epochs: 25\nhyp:\n  lr0: 0.01\nname: 'exp' # a comment\nmodel: !!python/object:x.Y\n- a\n");
+        assert_eq!(v.get("epochs").map(String::as_str), Some("25"));
+        assert_eq!(v.get("name").map(String::as_str), Some("exp"));
+        assert!(!v.contains_key("lr0") && !v.contains_key("model"));
+    }
+
+    #[test]
+    fn yolo_reads_pg1_counts_epochs_and_takes_epochs_from_args() {
+        let k = keys("epoch,time,train/box_loss,train/cls_loss,train/dfl_loss,val/box_loss,lr/pg0,lr/pg1,lr/pg2");
+        let t = recognise(
+            "results.csv",
+            &k,
+            Some(1),
+            &args("args.yaml", "epochs: 150\nlr0: 0.01\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            (t.unit, t.step.as_str(), t.lr.as_deref()),
+            (StepUnit::Epoch, "epoch", Some("lr/pg1"))
+        );
+        assert_eq!(t.total.as_ref().map(|t| t.0), Some(150));
+        assert_eq!(t.time, Some(("time".into(), Clock::Elapsed)));
+        // YOLOv5 and early v8 count from 0: the last epoch of 25 is 24.
+        let k5 = keys("epoch,train/box_loss,train/obj_loss,val/box_loss,x/lr0,x/lr1,x/lr2");
+        let t = recognise(
+            "results.csv",
+            &k5,
+            Some(0),
+            &args("opt.yaml", "epochs: 25\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            (t.lr.as_deref(), t.total.map(|t| t.0), t.time),
+            (Some("x/lr1"), Some(24), None)
+        );
+    }
+
+    #[test]
+    fn detectron2_mmengine_keras_timm() {
+        let d2 = keys("data_time,iteration,loss_cls,lr,time,total_loss");
+        let t = recognise("metrics.json", &d2, None, &[]).unwrap();
+        assert_eq!(
+            (t.step.as_str(), t.loss.as_deref(), t.time.clone()),
+            ("iteration", Some("total_loss"), None)
+        );
+        let (mut m, mut chosen) = (MetricsConfig::default(), Vec::new());
+        t.apply(&mut m, &mut chosen, &mut Vec::new());
+        assert!(
+            m.time.is_empty() && chosen.contains(&("time", "\"\"".into())),
+            "{chosen:?}"
+        );
+        let mm = keys("lr,data_time,loss,time,epoch,iter,memory,step,accuracy/top1");
+        let t = recognise("scalars.json", &mm, None, &[]).unwrap();
+        assert_eq!((t.step.as_str(), t.unit), ("iter", StepUnit::Step));
+        let keras = keys("epoch,accuracy,loss,val_accuracy,val_loss");
+        let t = recognise("training.log", &keras, Some(0), &[]).unwrap();
+        assert_eq!(
+            (t.unit, t.loss.as_deref(), t.eval_loss.as_deref(), t.lr),
+            (StepUnit::Epoch, Some("loss"), Some("val_loss"), None)
+        );
+        let timm = keys("epoch,train_loss,eval_loss,eval_top1,eval_top5,lr");
+        let t = recognise(
+            "summary.csv",
+            &timm,
+            Some(0),
+            &args("args.yaml", "epochs: 300\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            (t.lr.as_deref(), t.total.map(|t| t.0)),
+            (Some("lr"), Some(299))
+        );
+        // Lightning's metrics.csv has a step column: not one of these.
+        assert!(recognise(
+            "metrics.csv",
+            &keys("epoch,step,train_loss,val_loss"),
+            Some(0),
+            &[]
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn an_mlflow_run_per_epoch_takes_its_epochs_param() {
+        let a = vec![RunArgs {
+            file: "params".into(),
+            values: [("epochs".to_string(), "30".to_string())].into(),
+        }];
+        assert_eq!(epoch_axis(&a, 29).map(|t| t.0), Some(30));
+        assert_eq!(
+            epoch_axis(&a, 5000),
+            None,
+            "steps past the epochs: the axis is steps"
+        );
+        assert_eq!(epoch_axis(&[], 3), None);
+    }
+
+    #[test]
+    fn apply_replaces_the_general_choices() {
+        let k = keys("epoch,time,train/box_loss,val/box_loss,lr/pg0,lr/pg1,lr/pg2");
+        let t = recognise(
+            "results.csv",
+            &k,
+            Some(1),
+            &args("args.yaml", "epochs: 10\n"),
+        )
+        .unwrap();
+        let mut m = MetricsConfig::default();
+        let mut chosen = vec![
+            ("lr", "\"lr/pg0\"".to_string()),
+            ("time", "\"time\"".to_string()),
+        ];
+        let mut notes = vec!["lr <- [\"lr/pg0\"]".to_string()];
+        t.apply(&mut m, &mut chosen, &mut notes);
+        assert_eq!(
+            (m.lr.first(), m.unit, m.planned_total, m.clock),
+            ("lr/pg1", StepUnit::Epoch, Some(10), Clock::Elapsed)
+        );
+        assert!(
+            chosen.contains(&("lr", "\"lr/pg1\"".into()))
+                && chosen.contains(&("unit", "\"epoch\"".into()))
+        );
+        assert!(!notes.iter().any(|n| n.contains("lr/pg0\"]")), "{notes:?}");
+    }
+}
