@@ -31,6 +31,7 @@ mod ranks;
 mod read_less;
 mod real_configs;
 mod real_logs;
+mod real_trainers;
 mod remote;
 mod remote_harness;
 mod report;

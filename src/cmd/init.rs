@@ -188,8 +188,9 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
         );
     }
     if trainer.is_none() && detected.format == LogFormat::Mlflow {
+        let first = read.samples.first().map_or(0, |s| s.step);
         let last = read.samples.last().map_or(0, |s| s.step);
-        if let Some((total, from)) = metrics::trainers::epoch_axis(&run_args, last) {
+        if let Some((total, from)) = metrics::trainers::epoch_axis(&run_args, first, last) {
             mapping.metrics.unit = crate::config::StepUnit::Epoch;
             mapping.metrics.planned_total = Some(total);
             mapping.chosen.push(("unit", "\"epoch\"".into()));

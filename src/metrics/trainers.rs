@@ -346,12 +346,15 @@ fn yolo(keys: &[String], first_step: Option<u64>, args: &[RunArgs]) -> Trainer {
 /// A run whose steps are epochs by its own arguments: an MLflow (or HF) run logging one
 /// point per epoch, with `epochs`, `num_train_epochs` or `max_epochs` among its parameters
 /// and no step beyond it. The planned total and the unit, with where they were read.
-pub fn epoch_axis(args: &[RunArgs], last_step: u64) -> Option<(u64, String)> {
+pub fn epoch_axis(args: &[RunArgs], first_step: u64, last_step: u64) -> Option<(u64, String)> {
     let (n, from) = arg_count(
         args,
         &["epochs", "num_train_epochs", "max_epochs", "num_epochs"],
     )?;
-    (last_step <= n).then_some((n, from))
+    if last_step > n {
+        return None;
+    }
+    zero_based(Some((n, from)), Some(first_step))
 }
 
 #[cfg(test)]
@@ -459,13 +462,18 @@ mod tests {
             file: "params".into(),
             values: [("epochs".to_string(), "30".to_string())].into(),
         }];
-        assert_eq!(epoch_axis(&a, 29).map(|t| t.0), Some(30));
+        assert_eq!(epoch_axis(&a, 1, 29).map(|t| t.0), Some(30));
         assert_eq!(
-            epoch_axis(&a, 5000),
+            epoch_axis(&a, 0, 29).map(|t| t.0),
+            Some(29),
+            "counted from 0"
+        );
+        assert_eq!(
+            epoch_axis(&a, 0, 5000),
             None,
             "steps past the epochs: the axis is steps"
         );
-        assert_eq!(epoch_axis(&[], 3), None);
+        assert_eq!(epoch_axis(&[], 0, 3), None);
     }
 
     #[test]
