@@ -440,6 +440,8 @@ fn an_mlflow_run_per_epoch_counts_epochs_to_its_planned_total() {
     .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let r = env.run(&["critic", "--once", "--now", &later]);
     assert_eq!(r.code(), 0, "{}", r.report());
+    let st = env.run(&["status", "--now", &later]);
+    assert!(st.stdout().contains("epoch 12 of 12"), "{}", st.report());
     r.stdout_has("epoch 12/12")
         .stdout_has("finished at step 12");
 }

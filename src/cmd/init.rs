@@ -162,7 +162,7 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
     let trainer = (previous.is_none() && patterns.is_empty())
         .then(|| {
             let first = first_csv_step(&log, detected.format, &detected.keys);
-            metrics::trainers::recognise(&run_name(&log), &detected.keys, first, &run_args)
+            metrics::trainers::recognise(detected.format, &detected.keys, first, &run_args)
         })
         .flatten();
     if let Some(t) = &trainer {

@@ -6,7 +6,7 @@
 //! lr (by a stated rule where there are parameter groups) and the eval loss, whether the axis
 //! counts epochs, and the planned total — each choice in words. [`run_args`] is the one read.
 
-use crate::metrics::mapping::{Clock, KeyList, MetricsConfig, StepUnit, VramUnit};
+use crate::metrics::mapping::{Clock, KeyList, LogFormat, MetricsConfig, StepUnit, VramUnit};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -152,10 +152,13 @@ impl Trainer {
             m.eval_loss = e.clone();
             set("eval_loss", Some(format!("{e:?}")));
         }
-        m.time = String::new();
-        m.clock = Clock::Unix;
-        set("time", None);
-        set("clock", None);
+        // The time: only where the trainer says what its time is.
+        if self.time_is_duration || self.time.is_some() {
+            m.time = String::new();
+            m.clock = Clock::Unix;
+            set("time", None);
+            set("clock", None);
+        }
         if self.time_is_duration {
             set("time", Some("\"\"".into()));
         }
@@ -182,7 +185,10 @@ impl Trainer {
             set("planned_total", Some(t.to_string()));
         }
         // The general mapping's words on what the trainer now decides are no longer true.
-        let mut decided = vec!["step", "time"];
+        let mut decided = vec!["step"];
+        if self.time_is_duration || self.time.is_some() {
+            decided.push("time");
+        }
         for (key, set) in [
             ("loss", self.loss.is_some()),
             ("lr", self.lr.is_some()),
@@ -222,20 +228,33 @@ fn arg_count(args: &[RunArgs], keys: &[&str]) -> Option<(u64, String)> {
 /// JSON keys; `first_step` is the first sample's step where the caller has read it (YOLO
 /// and Keras count epochs from 0 or 1 by version); `args` from [`run_args`].
 pub fn recognise(
-    name: &str,
+    format: LogFormat,
     keys: &[String],
     first_step: Option<u64>,
     args: &[RunArgs],
 ) -> Option<Trainer> {
-    let _ = name;
     let has = |k: &str| keys.iter().any(|x| x == k);
-    if has("epoch")
+    let (csv, jsonl) = (format == LogFormat::Csv, format == LogFormat::Jsonl);
+    // A step counter of its own: then a row is no epoch (LLaMA-Factory's JSON lines carry
+    // `epoch` and `loss` beside `current_steps`; Lightning's metrics.csv `epoch` beside `step`).
+    let own_step = [
+        "step",
+        "global_step",
+        "current_steps",
+        "iteration",
+        "iter",
+        "_step",
+    ]
+    .iter()
+    .any(|k| has(k));
+    if csv
+        && has("epoch")
         && (has("lr/pg0") || has("x/lr0"))
         && keys.iter().any(|k| k.starts_with("train/"))
     {
         return Some(yolo(keys, first_step, args));
     }
-    if has("iteration") && has("total_loss") {
+    if jsonl && has("iteration") && has("total_loss") {
         let mut t = Trainer::new("detectron2 metrics.json", StepUnit::Step, "iteration");
         t.loss = Some("total_loss".into());
         t.lr = has("lr").then(|| "lr".into());
@@ -245,7 +264,7 @@ pub fn recognise(
         t.total = arg_count(args, &["max_iter", "MAX_ITER"]);
         return Some(t);
     }
-    if has("iter") && has("step") && has("data_time") && (has("loss") || has("lr")) {
+    if jsonl && has("iter") && has("step") && has("data_time") && (has("loss") || has("lr")) {
         // MMEngine's LocalVisBackend: train records carry `iter` (and `epoch` when training
         // by epoch); validation records carry only `step`, which is then the epoch number.
         let mut t = Trainer::new("MMEngine vis_data/scalars.json", StepUnit::Step, "iter");
@@ -262,7 +281,19 @@ pub fn recognise(
         t.total = arg_count(args, &["max_iters"]);
         return Some(t);
     }
-    if has("epoch") && has("train_loss") && has("eval_loss") && !has("step") {
+    if csv && has("epoch") && has("step") {
+        // Lightning's CSVLogger: the general mapping reads its columns; its hparams.yaml
+        // may say the planned total (max_steps; max_epochs counts epochs, not steps).
+        let mut t = Trainer::new("Lightning CSVLogger metrics.csv", StepUnit::Step, "step");
+        t.total = arg_count(args, &["max_steps"]);
+        if t.total.is_none() {
+            if let Some((n, from)) = arg_count(args, &["max_epochs"]) {
+                t.notes.push(format!("max_epochs {n} ({from}) counts epochs, not the steps the log counts: the total is the fit's"));
+            }
+        }
+        return (t.total.is_some() || !t.notes.is_empty()).then_some(t);
+    }
+    if csv && has("epoch") && has("train_loss") && has("eval_loss") && !own_step {
         let mut t = Trainer::new("timm summary.csv", StepUnit::Epoch, "epoch");
         t.loss = Some("train_loss".into());
         t.eval_loss = Some("eval_loss".into());
@@ -272,7 +303,7 @@ pub fn recognise(
         t.total = zero_based(arg_count(args, &["epochs"]), first_step);
         return Some(t);
     }
-    if has("epoch") && !has("step") && (has("loss") || has("val_loss")) {
+    if csv && has("epoch") && !own_step && (has("loss") || has("val_loss")) {
         let mut t = Trainer::new(
             "one row per epoch (Keras CSVLogger's shape)",
             StepUnit::Epoch,
@@ -384,7 +415,7 @@ mod tests {
     fn yolo_reads_pg1_counts_epochs_and_takes_epochs_from_args() {
         let k = keys("epoch,time,train/box_loss,train/cls_loss,train/dfl_loss,val/box_loss,lr/pg0,lr/pg1,lr/pg2");
         let t = recognise(
-            "results.csv",
+            LogFormat::Csv,
             &k,
             Some(1),
             &args("args.yaml", "epochs: 150\nlr0: 0.01\n"),
@@ -399,7 +430,7 @@ mod tests {
         // YOLOv5 and early v8 count from 0: the last epoch of 25 is 24.
         let k5 = keys("epoch,train/box_loss,train/obj_loss,val/box_loss,x/lr0,x/lr1,x/lr2");
         let t = recognise(
-            "results.csv",
+            LogFormat::Csv,
             &k5,
             Some(0),
             &args("opt.yaml", "epochs: 25\n"),
@@ -414,7 +445,7 @@ mod tests {
     #[test]
     fn detectron2_mmengine_keras_timm() {
         let d2 = keys("data_time,iteration,loss_cls,lr,time,total_loss");
-        let t = recognise("metrics.json", &d2, None, &[]).unwrap();
+        let t = recognise(LogFormat::Jsonl, &d2, None, &[]).unwrap();
         assert_eq!(
             (t.step.as_str(), t.loss.as_deref(), t.time.clone()),
             ("iteration", Some("total_loss"), None)
@@ -426,17 +457,17 @@ mod tests {
             "{chosen:?}"
         );
         let mm = keys("lr,data_time,loss,time,epoch,iter,memory,step,accuracy/top1");
-        let t = recognise("scalars.json", &mm, None, &[]).unwrap();
+        let t = recognise(LogFormat::Jsonl, &mm, None, &[]).unwrap();
         assert_eq!((t.step.as_str(), t.unit), ("iter", StepUnit::Step));
         let keras = keys("epoch,accuracy,loss,val_accuracy,val_loss");
-        let t = recognise("training.log", &keras, Some(0), &[]).unwrap();
+        let t = recognise(LogFormat::Csv, &keras, Some(0), &[]).unwrap();
         assert_eq!(
             (t.unit, t.loss.as_deref(), t.eval_loss.as_deref(), t.lr),
             (StepUnit::Epoch, Some("loss"), Some("val_loss"), None)
         );
         let timm = keys("epoch,train_loss,eval_loss,eval_top1,eval_top5,lr");
         let t = recognise(
-            "summary.csv",
+            LogFormat::Csv,
             &timm,
             Some(0),
             &args("args.yaml", "epochs: 300\n"),
@@ -446,9 +477,24 @@ mod tests {
             (t.lr.as_deref(), t.total.map(|t| t.0)),
             (Some("lr"), Some(299))
         );
-        // Lightning's metrics.csv has a step column: not one of these.
+        // LLaMA-Factory's JSON lines: `epoch` and `loss` beside their own step.
+        let lf = keys("current_steps,epoch,loss,lr,total_steps");
+        assert!(recognise(LogFormat::Jsonl, &lf, Some(10), &[]).is_none());
+        // Lightning's metrics.csv: its steps; hparams.yaml's max_steps is the total.
+        let t = recognise(
+            LogFormat::Csv,
+            &keys("epoch,step,train_loss,val_loss"),
+            Some(0),
+            &args("hparams.yaml", "max_steps: 187500\nmax_epochs: -1\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            (t.unit, t.total.map(|t| t.0)),
+            (StepUnit::Step, Some(187500))
+        );
+        // Without a total in its arguments: not one of these.
         assert!(recognise(
-            "metrics.csv",
+            LogFormat::Csv,
             &keys("epoch,step,train_loss,val_loss"),
             Some(0),
             &[]
@@ -480,7 +526,7 @@ mod tests {
     fn apply_replaces_the_general_choices() {
         let k = keys("epoch,time,train/box_loss,val/box_loss,lr/pg0,lr/pg1,lr/pg2");
         let t = recognise(
-            "results.csv",
+            LogFormat::Csv,
             &k,
             Some(1),
             &args("args.yaml", "epochs: 10\n"),
