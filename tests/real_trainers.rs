@@ -264,7 +264,7 @@ fn trainers_logs_through_init_check_and_critic() {
         );
         match want.planned_total {
             Some(t) => bad(
-                cfg.contains(&format!("planned_total = {t}\n")),
+                cfg.contains(&format!("planned_total = {t}  # ")),
                 format!("planned_total {t}"),
             ),
             None => bad(!cfg.contains("planned_total"), "no planned_total".into()),
@@ -425,7 +425,7 @@ fn an_mlflow_run_per_epoch_counts_epochs_to_its_planned_total() {
     let cfg = env.read("roger.toml");
     let what = format!("{}\n{cfg}", init.report());
     assert!(
-        cfg.contains("unit = \"epoch\"") && cfg.contains("planned_total = 12\n"),
+        cfg.contains("unit = \"epoch\"") && cfg.contains("planned_total = 12  # epochs: 12 in "),
         "{what}"
     );
     init.stderr_has("the steps count epochs: 12 planned (epochs: 12 in ")

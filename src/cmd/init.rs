@@ -194,7 +194,9 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
             mapping.metrics.unit = crate::config::StepUnit::Epoch;
             mapping.metrics.planned_total = Some(total);
             mapping.chosen.push(("unit", "\"epoch\"".into()));
-            mapping.chosen.push(("planned_total", total.to_string()));
+            mapping
+                .chosen
+                .push(("planned_total", format!("{total}  # {from}")));
             mapping.notes.push(format!(
                 "the steps count epochs: {total} planned ({from}), the log's last step {last}"
             ));

@@ -180,9 +180,10 @@ impl Trainer {
         if self.unit == StepUnit::Epoch {
             set("unit", Some("\"epoch\"".into()));
         }
-        if let Some((t, _)) = &self.total {
+        if let Some((t, from)) = &self.total {
             m.planned_total = Some(*t);
-            set("planned_total", Some(t.to_string()));
+            // Where it came from, as every inferred number in the file says.
+            set("planned_total", Some(format!("{t}  # {from}")));
         }
         // The general mapping's words on what the trainer now decides are no longer true.
         let mut decided = vec!["step"];

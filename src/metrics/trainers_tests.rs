@@ -161,6 +161,7 @@ fn apply_replaces_the_general_choices() {
     assert!(
         chosen.contains(&("lr", "\"lr/pg1\"".into()))
             && chosen.contains(&("unit", "\"epoch\"".into()))
+            && chosen.contains(&("planned_total", "10  # epochs: 10 in args.yaml".into()))
     );
     assert!(!notes.iter().any(|n| n.contains("lr/pg0\"]")), "{notes:?}");
 }
