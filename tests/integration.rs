@@ -34,6 +34,7 @@ mod read_less;
 mod real_configs;
 mod real_logs;
 mod release;
+mod real_trainers;
 mod remote;
 mod remote_harness;
 mod report;

@@ -313,7 +313,17 @@ fn status_word(s: Status) -> &'static str {
 /// The verdict as `--once` prints it: a headline, a line per check.
 fn human_text(v: &Verdict, cfg: &Config, filing: Filing, on: bool) -> String {
     use std::fmt::Write;
-    let step = v.step.map_or("-".into(), |s| s.to_string());
+    // The axis as the config counts it: `step 420`, `epoch 37/100`.
+    let total = cfg
+        .schedule
+        .as_ref()
+        .and_then(|s| s.total_steps)
+        .or(cfg.metrics.planned_total);
+    let step = v
+        .step
+        .map_or(format!("{} -", cfg.metrics.unit.word()), |s| {
+            cfg.metrics.unit.at(s, total)
+        });
     let filed = match filing {
         Filing::New(seq) => format!("ledger seq {seq}"),
         Filing::Unchanged(seq, ts) => format!(
@@ -324,7 +334,7 @@ fn human_text(v: &Verdict, cfg: &Config, filing: Filing, on: bool) -> String {
     let mut out = String::with_capacity(1024);
     let _ = writeln!(
         out,
-        "{}: {}  step {step}  phase {}  ({filed}, config {})",
+        "{}: {}  {step}  phase {}  ({filed}, config {})",
         cfg.run.name,
         crate::colour::status(&status_word(v.status).to_uppercase(), on),
         v.phase.as_deref().unwrap_or("-"),

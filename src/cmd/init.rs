@@ -151,11 +151,27 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
             log.display()
         );
     }
-    let mapping = match &previous {
+    let mut mapping = match &previous {
         Some(cfg) => previous_mapping(cfg),
         None if !patterns.is_empty() => pattern_mapping(&patterns),
         None => detect::map_keys(&detected),
     };
+    // A trainer roger knows by its files (YOLO, detectron2, MMEngine, Keras, timm): its own
+    // meaning of each key, the axis unit, and the planned total from the run's arguments.
+    let run_args = metrics::trainers::run_args(&log);
+    let trainer = (previous.is_none() && patterns.is_empty())
+        .then(|| {
+            let first = first_csv_step(&log, detected.format, &detected.keys);
+            metrics::trainers::recognise(detected.format, &detected.keys, first, &run_args)
+        })
+        .flatten();
+    if let Some(t) = &trainer {
+        t.apply(
+            &mut mapping.metrics,
+            &mut mapping.chosen,
+            &mut mapping.notes,
+        );
+    }
     let bar = crate::progress::reading(&log, "reading");
     let read = metrics::read_all(&log, detected.format, &mapping.metrics)
         .with_context(|| format!("reading {}", log.display()))?;
@@ -170,6 +186,21 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
                 .first()
                 .map_or(String::new(), |g| format!(", first: {g}"))
         );
+    }
+    if trainer.is_none() && detected.format == LogFormat::Mlflow {
+        let first = read.samples.first().map_or(0, |s| s.step);
+        let last = read.samples.last().map_or(0, |s| s.step);
+        if let Some((total, from)) = metrics::trainers::epoch_axis(&run_args, first, last) {
+            mapping.metrics.unit = crate::config::StepUnit::Epoch;
+            mapping.metrics.planned_total = Some(total);
+            mapping.chosen.push(("unit", "\"epoch\"".into()));
+            mapping
+                .chosen
+                .push(("planned_total", format!("{total}  # {from}")));
+            mapping.notes.push(format!(
+                "the steps count epochs: {total} planned ({from}), the log's last step {last}"
+            ));
+        }
     }
     let out_dir = if to_stdout {
         std::env::current_dir()?
@@ -192,8 +223,9 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
         samples: &read.samples,
         garbage_total: read.garbage_total,
         // trainer_state's max_steps and a text line's `N/ M` ride on the samples; a total a
-        // log states elsewhere (a header line) comes with its detected shape.
-        declared_total: None,
+        // log states elsewhere (a header line) comes with its detected shape; a trainer's
+        // arguments (YOLO `epochs`) with the trainer, an MLflow run's `epochs` param here.
+        declared_total: mapping.metrics.planned_total,
         passed_over,
         baseline,
         written_at: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
@@ -217,6 +249,24 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
         );
     }
     Ok(crate::exit::DONE)
+}
+
+/// The step of a CSV log's first row (YOLO and Keras count epochs from 0 or 1 by version),
+/// read from its head; None for other formats or an unreadable head.
+fn first_csv_step(log: &Path, format: LogFormat, keys: &[String]) -> Option<u64> {
+    if format != LogFormat::Csv {
+        return None;
+    }
+    let col = keys.iter().position(|k| k == "epoch")?;
+    let head = read_head(log).ok()?;
+    let text = String::from_utf8_lossy(&head);
+    let row = text.lines().skip(1).find(|l| !l.trim().is_empty())?;
+    row.split(',')
+        .nth(col)?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .map(|v| v as u64)
 }
 
 /// Whether `dir` is an MLflow run directory of the file store (`mlruns/<exp>/<run>/`):

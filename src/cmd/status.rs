@@ -179,12 +179,13 @@ pub fn screen(g: &Glance, colour: bool) -> String {
     let state = h.state.as_str();
     let why = fit(&format!("{state}: {}", h.why));
     lines.push(why.replacen(state, &paint(state), 1));
+    let unit = h.unit.word();
     let mut progress = match (h.step, h.total_steps) {
         (Some(s), Some(t)) if t > 0 => format!(
-            "step {s} of {t} ({:.1}%)",
+            "{unit} {s} of {t} ({:.1}%)",
             100.0 * s.min(t) as f64 / t as f64
         ),
-        (Some(s), _) => format!("step {s} (no total_steps declared)"),
+        (Some(s), _) => format!("{unit} {s} (no total_steps declared)"),
         _ => "no step logged yet".into(),
     };
     if let Some(p) = &h.phase {
@@ -212,9 +213,11 @@ pub fn screen(g: &Glance, colour: bool) -> String {
         Some(v) => {
             let word = v.status.to_uppercase();
             let text = fit(&format!(
-                "verdict #{} {word} at step {}, {} ago",
+                "verdict #{} {word} at {}, {} ago",
                 v.seq,
-                v.step.map_or("-".into(), |s| s.to_string()),
+                v.step.map_or(format!("{} -", h.unit.word()), |s| h
+                    .unit
+                    .at(s, h.total_steps)),
                 human_duration((g.now - v.at).num_milliseconds() as f64 / 1000.0)
             ));
             lines.push(text.replacen(&word, &paint(&word), 1));

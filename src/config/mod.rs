@@ -17,7 +17,7 @@ pub mod watch;
 
 pub use crate::gpu::source::GpuConfig;
 pub use crate::metrics::mapping::{
-    Clock, KeyList, LogFormat, MetricsConfig, TextPattern, TimeUnit, VramUnit,
+    Clock, KeyList, LogFormat, MetricsConfig, StepUnit, TextPattern, TimeUnit, VramUnit,
 };
 pub use critic::{
     Anneal, CriticConfig, DecayShape, PhaseConfig, QuietConfig, ScheduleConfig, ScheduleKind,

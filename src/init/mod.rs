@@ -134,14 +134,20 @@ pub fn infer(input: &Input) -> Proposal {
         }
     ));
     let last = input.samples.last().map_or(0, |s| s.step);
+    let unit = input.mapping.metrics.unit.word();
+    let source = if input.mapping.metrics.planned_total.is_some() {
+        "as the run's arguments declare it"
+    } else {
+        "as the log declares it"
+    };
     match (total, ended_at(input.samples)) {
         (Some(t), _) if last >= t => summary.push(format!(
-            "total steps: {t}, as the log declares it; the log reached it: finished at step {last}"
+            "total {unit}s: {t}, {source}; the log reached it: finished at {unit} {last}"
         )),
         (Some(t), Some(end)) if end < t => summary.push(format!(
-            "total steps: {t}, as the log declares it; the log says the run ended at step {end}: finished short of it"
+            "total {unit}s: {t}, {source}; the log says the run ended at {unit} {end}: finished short of it"
         )),
-        (Some(t), _) => summary.push(format!("total steps: {t}, as the log declares it")),
+        (Some(t), _) => summary.push(format!("total {unit}s: {t}, {source}")),
         (None, Some(end)) => summary.push(format!(
             "the log says the run ended at step {end} and declares no planned total: the fit's"
         )),

@@ -35,6 +35,10 @@ pub struct Derive {
     /// The newest sample's step and time: where a run that says it ended ended.
     #[serde(default)]
     last: Option<(u64, Option<f64>)>,
+    /// `[metrics] planned_total`: the run's own arguments' total, for samples that carry none
+    /// and when no line declared one.
+    #[serde(default)]
+    planned_total: Option<f64>,
 }
 
 impl Derive {
@@ -42,6 +46,7 @@ impl Derive {
         Derive {
             clock: m.clock,
             per_step: m.tokens_per_step.filter(|_| m.step_time.is_empty()),
+            planned_total: m.planned_total.map(|t| t as f64),
             ..Default::default()
         }
     }
@@ -52,6 +57,7 @@ impl Derive {
             clock: self.clock,
             per_step: self.per_step,
             used_mtime: self.used_mtime,
+            planned_total: self.planned_total,
             ..Default::default()
         };
     }
@@ -120,7 +126,8 @@ impl Derive {
     /// total wins); a declared end becomes a sample at the last step, whose total is that
     /// step (nothing to place it on before any sample: dropped).
     fn declarations(&mut self, recs: &mut Vec<Record>) {
-        if self.declared_total.is_none() && !recs.iter().any(|r| r.step == MARK) {
+        let fallback = self.declared_total.or(self.planned_total);
+        if fallback.is_none() && !recs.iter().any(|r| r.step == MARK) {
             if let Some(r) = recs.last() {
                 self.last = Some((r.step, r.time));
             }
@@ -129,7 +136,7 @@ impl Derive {
         recs.retain_mut(|r| {
             if r.step != MARK {
                 if r.values[TOTAL_SLOT].is_none() {
-                    r.values[TOTAL_SLOT] = self.declared_total;
+                    r.values[TOTAL_SLOT] = self.declared_total.or(self.planned_total);
                 }
                 self.last = Some((r.step, r.time));
                 return true;

@@ -60,6 +60,13 @@ pub struct MetricsConfig {
     /// For `format = "text"`: regexes with named groups (`(?P<step>\d+)`), or unnamed groups
     /// mapped in order by `fields`.
     pub patterns: Vec<TextPattern>,
+    /// What the log's step counts: optimizer steps (the default) or epochs (YOLO's
+    /// results.csv, Keras's CSVLogger, timm's summary.csv, an MLflow run logging per epoch).
+    /// `[schedule]` steps and `total_steps` then count epochs too.
+    pub unit: StepUnit,
+    /// The run's planned last step (or epoch) from its own arguments (YOLO `epochs`, an MLflow
+    /// run's `epochs` param), for a log that does not carry it: a total the log states wins.
+    pub planned_total: Option<u64>,
 }
 
 impl Default for MetricsConfig {
@@ -81,6 +88,43 @@ impl Default for MetricsConfig {
             tokens_per_step: None,
             tokens: String::new(),
             patterns: Vec::new(),
+            unit: StepUnit::Step,
+            planned_total: None,
+        }
+    }
+}
+
+/// What a log's step counts: `[metrics] unit`.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum StepUnit {
+    /// Optimizer steps (iterations).
+    #[default]
+    Step,
+    /// Passes over the training set.
+    Epoch,
+}
+
+impl StepUnit {
+    /// For `skip_serializing_if`: the default unit is left out of JSON.
+    pub fn is_step(&self) -> bool {
+        *self == StepUnit::Step
+    }
+
+    /// The unit's word: `step` or `epoch`.
+    pub fn word(self) -> &'static str {
+        match self {
+            StepUnit::Step => "step",
+            StepUnit::Epoch => "epoch",
+        }
+    }
+
+    /// Where a run stands on its axis: `step 420`, or `epoch 37/100` (an epoch count says
+    /// its planned total, when known, after a slash).
+    pub fn at(self, step: u64, total: Option<u64>) -> String {
+        match (self, total.filter(|t| *t > 0)) {
+            (StepUnit::Epoch, Some(t)) => format!("epoch {step}/{t}"),
+            _ => format!("{} {step}", self.word()),
         }
     }
 }

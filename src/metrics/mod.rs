@@ -19,6 +19,7 @@ pub mod tb_event;
 pub mod tensorboard;
 pub mod text;
 pub mod tfrecord;
+pub mod trainers;
 pub mod wandb;
 
 use crate::metrics::mapping::{LogFormat, MetricsConfig};

@@ -85,6 +85,9 @@ pub struct Headline {
     pub also: Vec<String>,
     pub step: Option<u64>,
     pub total_steps: Option<u64>,
+    /// What `step` counts (`[metrics] unit`); left out of JSON for steps.
+    #[serde(skip_serializing_if = "crate::config::StepUnit::is_step")]
+    pub unit: crate::config::StepUnit,
     pub finished: bool,
     pub eta: Option<Eta>,
     pub last_good: Option<LastGood>,
@@ -225,7 +228,9 @@ pub fn build(
         .schedule
         .as_ref()
         .and_then(|s| s.total_steps)
-        .or(series.log_total_steps);
+        .or(series.log_total_steps)
+        .or(cfg.metrics.planned_total);
+    let unit = cfg.metrics.unit;
     let last_step_at = series.newest.and_then(|n| n.1).map(from_unix);
     let count = |k: Kind| mine.iter().filter(|r| r.kind == k).count() as u64;
     let last_watch = mine.iter().rev().find(|r| r.kind == Kind::Watch);
@@ -354,8 +359,8 @@ pub fn build(
         (
             State::Ok,
             format!(
-                "finished at step {}{}",
-                step.unwrap_or(0),
+                "finished at {}{}",
+                unit.at(step.unwrap_or(0), total_steps),
                 handled(incidents)
             ),
         )
@@ -363,7 +368,8 @@ pub fn build(
         (
             State::Ok,
             format!(
-                "training at step {}{}{}",
+                "training at {} {}{}{}",
+                unit.word(),
                 step.unwrap_or(0),
                 total_steps.map_or(String::new(), |t| format!(" of {t}")),
                 handled(incidents)
@@ -381,6 +387,7 @@ pub fn build(
         also,
         step,
         total_steps,
+        unit,
         finished,
         eta,
         last_good,

@@ -1,0 +1,167 @@
+//! Unit tests of `metrics::trainers`: each trainer recognised by its keys and arguments, and
+//! what its mapping replaces.
+
+use super::*;
+
+fn keys(header: &str) -> Vec<String> {
+    header.split(',').map(|k| k.trim().to_string()).collect()
+}
+
+fn args(file: &str, text: &str) -> Vec<RunArgs> {
+    vec![RunArgs {
+        file: file.into(),
+        values: top_level_scalars(text),
+    }]
+}
+
+#[test]
+fn yaml_scalars_at_the_top_level_only() {
+    let v = top_level_scalars(
+        "epochs: 25\nhyp:\n  lr0: 0.01\nname: 'exp' # a comment\nmodel: !!python/object:x.Y\n- a\n",
+    );
+    assert_eq!(v.get("epochs").map(String::as_str), Some("25"));
+    assert_eq!(v.get("name").map(String::as_str), Some("exp"));
+    assert!(!v.contains_key("lr0") && !v.contains_key("model"));
+}
+
+#[test]
+fn yolo_reads_pg1_counts_epochs_and_takes_epochs_from_args() {
+    let k = keys(
+        "epoch,time,train/box_loss,train/cls_loss,train/dfl_loss,val/box_loss,lr/pg0,lr/pg1,lr/pg2",
+    );
+    let t = recognise(
+        LogFormat::Csv,
+        &k,
+        Some(1),
+        &args("args.yaml", "epochs: 150\nlr0: 0.01\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        (t.unit, t.step.as_str(), t.lr.as_deref()),
+        (StepUnit::Epoch, "epoch", Some("lr/pg1"))
+    );
+    assert_eq!(t.total.as_ref().map(|t| t.0), Some(150));
+    assert_eq!(t.time, Some(("time".into(), Clock::Elapsed)));
+    // YOLOv5 and early v8 count from 0: the last epoch of 25 is 24.
+    let k5 = keys("epoch,train/box_loss,train/obj_loss,val/box_loss,x/lr0,x/lr1,x/lr2");
+    let t = recognise(
+        LogFormat::Csv,
+        &k5,
+        Some(0),
+        &args("opt.yaml", "epochs: 25\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        (t.lr.as_deref(), t.total.map(|t| t.0), t.time),
+        (Some("x/lr1"), Some(24), None)
+    );
+}
+
+#[test]
+fn detectron2_mmengine_keras_timm() {
+    let d2 = keys("data_time,iteration,loss_cls,lr,time,total_loss");
+    let t = recognise(LogFormat::Jsonl, &d2, None, &[]).unwrap();
+    assert_eq!(
+        (t.step.as_str(), t.loss.as_deref(), t.time.clone()),
+        ("iteration", Some("total_loss"), None)
+    );
+    let (mut m, mut chosen) = (MetricsConfig::default(), Vec::new());
+    t.apply(&mut m, &mut chosen, &mut Vec::new());
+    assert!(
+        m.time.is_empty() && chosen.contains(&("time", "\"\"".into())),
+        "{chosen:?}"
+    );
+    let mm = keys("lr,data_time,loss,time,epoch,iter,memory,step,accuracy/top1");
+    let t = recognise(LogFormat::Jsonl, &mm, None, &[]).unwrap();
+    assert_eq!((t.step.as_str(), t.unit), ("iter", StepUnit::Step));
+    let keras = keys("epoch,accuracy,loss,val_accuracy,val_loss");
+    let t = recognise(LogFormat::Csv, &keras, Some(0), &[]).unwrap();
+    assert_eq!(
+        (t.unit, t.loss.as_deref(), t.eval_loss.as_deref(), t.lr),
+        (StepUnit::Epoch, Some("loss"), Some("val_loss"), None)
+    );
+    let timm = keys("epoch,train_loss,eval_loss,eval_top1,eval_top5,lr");
+    let t = recognise(
+        LogFormat::Csv,
+        &timm,
+        Some(0),
+        &args("args.yaml", "epochs: 300\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        (t.lr.as_deref(), t.total.map(|t| t.0)),
+        (Some("lr"), Some(299))
+    );
+    // LLaMA-Factory's JSON lines: `epoch` and `loss` beside their own step.
+    let lf = keys("current_steps,epoch,loss,lr,total_steps");
+    assert!(recognise(LogFormat::Jsonl, &lf, Some(10), &[]).is_none());
+    // Lightning's metrics.csv: its steps; hparams.yaml's max_steps is the total.
+    let t = recognise(
+        LogFormat::Csv,
+        &keys("epoch,step,train_loss,val_loss"),
+        Some(0),
+        &args("hparams.yaml", "max_steps: 187500\nmax_epochs: -1\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        (t.unit, t.total.map(|t| t.0)),
+        (StepUnit::Step, Some(187500))
+    );
+    // Without a total in its arguments: not one of these.
+    assert!(recognise(
+        LogFormat::Csv,
+        &keys("epoch,step,train_loss,val_loss"),
+        Some(0),
+        &[]
+    )
+    .is_none());
+}
+
+#[test]
+fn an_mlflow_run_per_epoch_takes_its_epochs_param() {
+    let a = vec![RunArgs {
+        file: "params".into(),
+        values: [("epochs".to_string(), "30".to_string())].into(),
+    }];
+    assert_eq!(epoch_axis(&a, 1, 29).map(|t| t.0), Some(30));
+    assert_eq!(
+        epoch_axis(&a, 0, 29).map(|t| t.0),
+        Some(29),
+        "counted from 0"
+    );
+    assert_eq!(
+        epoch_axis(&a, 0, 5000),
+        None,
+        "steps past the epochs: the axis is steps"
+    );
+    assert_eq!(epoch_axis(&[], 0, 3), None);
+}
+
+#[test]
+fn apply_replaces_the_general_choices() {
+    let k = keys("epoch,time,train/box_loss,val/box_loss,lr/pg0,lr/pg1,lr/pg2");
+    let t = recognise(
+        LogFormat::Csv,
+        &k,
+        Some(1),
+        &args("args.yaml", "epochs: 10\n"),
+    )
+    .unwrap();
+    let mut m = MetricsConfig::default();
+    let mut chosen = vec![
+        ("lr", "\"lr/pg0\"".to_string()),
+        ("time", "\"time\"".to_string()),
+    ];
+    let mut notes = vec!["lr <- [\"lr/pg0\"]".to_string()];
+    t.apply(&mut m, &mut chosen, &mut notes);
+    assert_eq!(
+        (m.lr.first(), m.unit, m.planned_total, m.clock),
+        ("lr/pg1", StepUnit::Epoch, Some(10), Clock::Elapsed)
+    );
+    assert!(
+        chosen.contains(&("lr", "\"lr/pg1\"".into()))
+            && chosen.contains(&("unit", "\"epoch\"".into()))
+            && chosen.contains(&("planned_total", "10  # epochs: 10 in args.yaml".into()))
+    );
+    assert!(!notes.iter().any(|n| n.contains("lr/pg0\"]")), "{notes:?}");
+}
