@@ -140,7 +140,13 @@ fn schedule_matches(want: &Schedule, stderr: &str) -> Result<(), String> {
 /// `key`, by index into the file's lines.
 fn rows_with(text: &str, key: &str) -> Vec<usize> {
     let lines: Vec<&str> = text.lines().collect();
-    if lines[0].trim_start().starts_with('{') {
+    let pair = format!(" {key}: ");
+    if text.contains(&pair) {
+        // Printed key/value lines (detectron2's and MMEngine's text logs).
+        (0..lines.len())
+            .filter(|&i| lines[i].contains(&pair))
+            .collect()
+    } else if lines[0].trim_start().starts_with('{') {
         (0..lines.len())
             .filter(|&i| lines[i].contains(&format!("\"{key}\": ")))
             .collect()
@@ -153,7 +159,13 @@ fn rows_with(text: &str, key: &str) -> Vec<usize> {
 
 /// `line` with the value of `key` (a CSV column by the header, or a JSON key) replaced.
 fn set_value(header: &str, line: &str, key: &str, f: &dyn Fn(&str) -> String) -> String {
-    if line.trim_start().starts_with('{') {
+    let pair = format!(" {key}: ");
+    if let Some(at) = line.find(&pair).map(|a| a + pair.len()) {
+        let end = line[at..]
+            .find(char::is_whitespace)
+            .map_or(line.len(), |e| at + e);
+        format!("{}{}{}", &line[..at], f(&line[at..end]), &line[end..])
+    } else if line.trim_start().starts_with('{') {
         let pat = format!("\"{key}\": ");
         let at = line.find(&pat).unwrap() + pat.len();
         let end = line[at..].find([',', '}']).map_or(line.len(), |e| at + e);
