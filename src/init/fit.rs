@@ -135,7 +135,18 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
                 kind: ScheduleKind::Polynomial,
                 power: Some(p),
             }));
+        // Staircases are read off the log's levels, not searched (fit_steps). Ranked before
+        // wsd: a wsd whose decay falls between two samples is the same drop, and one drop
+        // is a milestone more plainly than a decay of unknown length.
+        let mut staircase = super::fit_steps::fit(&pts, STEP_SLACK, BASE_TOLERANCE)
+            .map(|s| rounder(s, &sparse, total.is_some(), last));
         for shape in shapes {
+            if shape.kind == ScheduleKind::Wsd {
+                if let Some(s) = staircase.take() {
+                    let sc = score(&s, &sparse);
+                    scored.push((s, sc));
+                }
+            }
             let Some((mut s, p0, e0)) = fit_kind(shape, &space, &sparse, None) else {
                 continue;
             };
@@ -171,12 +182,6 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
                 }
             }
             let s = rounder(s, &on, total.is_some(), last);
-            let sc = score(&s, &sparse);
-            scored.push((s, sc));
-        }
-        // Staircases are read off the log's levels, not searched (fit_steps).
-        if let Some(s) = super::fit_steps::fit(&pts, STEP_SLACK, BASE_TOLERANCE) {
-            let s = rounder(s, &sparse, total.is_some(), last);
             let sc = score(&s, &sparse);
             scored.push((s, sc));
         }

@@ -73,7 +73,9 @@ pub fn fit(pts: &[(u64, f64)], step_slack: u64, tolerance: f64) -> Option<Schedu
         .map(|l| roundest(l.before + 1, l.first).saturating_sub(warmup))
         .collect();
     let k = milestones[0];
+    // Periodic only where the log shows it: one drop says nothing of the next.
     let even = k > 0
+        && milestones.len() >= 2
         && milestones
             .iter()
             .enumerate()
@@ -167,6 +169,12 @@ mod tests {
             (ScheduleKind::Step, Some(3000), Some(0.5))
         );
         assert_eq!(s.warmup_steps, 0);
+        let one = fit(&logged(&truth, 100, 5000), 4, 0.02).expect("a staircase");
+        assert_eq!(
+            (one.kind, one.milestones),
+            (ScheduleKind::MultiStep, Some(vec![3000])),
+            "one drop"
+        );
     }
 
     #[test]
