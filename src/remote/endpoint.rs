@@ -145,6 +145,13 @@ mod tests {
     }
 
     /// (roger.toml, variables, config file) -> (url, source) or None, as the SDKs decide.
+    type Case<'a> = (
+        Option<&'a str>,
+        Vec<(&'a str, &'a str)>,
+        Option<&'a FromFiles>,
+        Option<(&'a str, Source)>,
+    );
+
     #[test]
     fn the_resolution_table() {
         let all_vars = [
@@ -161,12 +168,7 @@ mod tests {
             profile: "train".into(),
             services: "local".into(),
         };
-        let cases: Vec<(
-            Option<&str>,
-            Vec<(&str, &str)>,
-            Option<&FromFiles>,
-            Option<(&str, Source)>,
-        )> = vec![
+        let cases: Vec<Case> = vec![
             // Nothing anywhere: AWS itself.
             (None, vec![], None, None),
             // roger.toml wins over everything.
