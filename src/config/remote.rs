@@ -109,7 +109,7 @@ pub struct Target {
 impl Target {
     pub fn parse(url: &str) -> Result<Target> {
         let Some(rest) = url.strip_prefix("s3://") else {
-            bail!("remote {url:?}: expected s3://bucket/prefix/ (any S3-compatible store; set [remote] endpoint for one that is not AWS)");
+            bail!("remote {url:?}: expected s3://bucket/prefix/ (any S3-compatible store; for one that is not AWS set its endpoint in [remote] endpoint or AWS_ENDPOINT_URL)");
         };
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         let ok = (3..=63).contains(&bucket.len())

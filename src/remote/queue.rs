@@ -808,6 +808,89 @@ mod tests {
     use crate::remote::store::Memory;
     use std::sync::Arc;
 
+    /// A bucket, a published checkpoint of `size` bytes queued for it, and its ledger.
+    fn queued(d: &Path, size: usize) -> (PathBuf, Ledger, Remote) {
+        std::env::set_var("ROGER_UPLOAD_BACKOFF_MS", "1");
+        let dest = d.join("ckpt");
+        std::fs::create_dir_all(&dest).unwrap();
+        let ledger = Ledger::new(d.join("roger-ledger.jsonl"));
+        let remote = Remote {
+            target: Target::parse("s3://bkt/run").unwrap(),
+            cfg: RemoteConfig {
+                part_size: Bytes(5 << 20),
+                ..Default::default()
+            },
+        };
+        let p = dest.join("ckpt-10.pt");
+        std::fs::write(&p, vec![7u8; size]).unwrap();
+        let sha = crate::digest::hash_file(&p).unwrap().0;
+        enqueue(
+            &dest,
+            &remote,
+            &ledger,
+            "r",
+            &p,
+            &sha,
+            size as u64,
+            Some(10),
+            0,
+        )
+        .unwrap();
+        (dest, ledger, remote)
+    }
+
+    /// The `failed` records: (attempt, permanent).
+    fn failures(ledger: &Ledger) -> Vec<(Option<u64>, Option<bool>)> {
+        ledger
+            .records()
+            .unwrap()
+            .iter()
+            .filter(|r| r.str_field("event") == Some("failed"))
+            .map(|r| {
+                (
+                    r.u64_field("attempt"),
+                    r.get("permanent").and_then(|v| v.as_bool()),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_permanent_error_is_recorded_once_and_not_retried() {
+        let d = tempfile::tempdir().unwrap();
+        let (dest, ledger, _) = queued(d.path(), 100);
+        let got = drain(&dest, &|_| {
+            Err(anyhow::Error::new(StoreError::Config(
+                "remote s3://bkt/run/: endpoint refused: ...".into(),
+            )))
+        })
+        .unwrap();
+        assert_eq!((got.verified, got.left), (0, 1));
+        assert_eq!(failures(&ledger), vec![(Some(1), Some(true))]);
+        // Refused credentials and a missing bucket are permanent too; a reset is not.
+        for (e, perm) in [
+            (StoreError::Denied("access denied".into()), true),
+            (StoreError::NotFound("no such bucket".into()), true),
+            (StoreError::Other("connection reset by peer".into()), false),
+            (StoreError::Conflict("raced".into()), false),
+        ] {
+            let e = anyhow::Error::new(e).context("uploading part 1 of s3://bkt/run/x");
+            assert_eq!(permanent(&e), perm, "{e:#}");
+        }
+    }
+
+    #[test]
+    fn a_transient_error_is_retried_to_a_verified_copy() {
+        let d = tempfile::tempdir().unwrap();
+        let (dest, ledger, _) = queued(d.path(), 6 << 20);
+        let mem = Arc::new(Memory::default());
+        *mem.fail_parts.lock().unwrap() = 1;
+        let m2 = mem.clone();
+        let got = drain(&dest, &move |_| Ok(Box::new(m2.clone()) as Box<dyn Store>)).unwrap();
+        assert_eq!((got.verified, got.left), (1, 0));
+        assert_eq!(failures(&ledger), vec![(Some(1), Some(false))]);
+    }
+
     #[test]
     fn jobs_upload_verify_move_latest_prune_and_mirror() {
         std::env::set_var("ROGER_UPLOAD_BACKOFF_MS", "1");
