@@ -4,7 +4,7 @@
 
 use crate::cmd::Global;
 use crate::ledger::Ledger;
-use crate::remote::{fetch, Remote};
+use crate::remote::{fetch, Remote, Target};
 use crate::{exit, outln};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
@@ -19,8 +19,8 @@ pub struct FetchArgs {
     #[arg(long, value_name = "DIR")]
     pub to: Option<PathBuf>,
     /// The bucket (default: [publish] remote).
-    #[arg(long, value_name = "URL")]
-    pub remote: Option<String>,
+    #[arg(long, value_name = "URL", value_parser = Target::parse_arg)]
+    pub remote: Option<Target>,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -30,10 +30,11 @@ pub fn run(global: &Global, args: FetchArgs) -> Result<u8> {
     let cfg = crate::config::discover(global.config.as_deref())?.ok_or_else(|| {
         anyhow!("roger fetch needs the run's config (--config FILE or ./roger.toml): it names the run, its ledger and [remote]")
     })?;
-    let remote = Remote::from(
-        args.remote.as_deref().or(cfg.publish.remote.as_deref()),
+    let remote = Remote::chosen(
+        args.remote.as_ref(),
+        cfg.publish.remote.as_ref(),
         &cfg.remote,
-    )?
+    )
     .ok_or_else(|| {
         anyhow!(
             "{}: no bucket: set [publish] remote = \"s3://bucket/prefix/\" or pass --remote",

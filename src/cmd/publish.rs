@@ -2,6 +2,7 @@
 //! (human or --json); `--verify` re-hashes a published checkpoint against its ledger record.
 
 use crate::cmd::Global;
+use crate::config::remote::{Remote, RemoteConfig, Target as RemoteTarget};
 use crate::config::PublishConfig;
 use crate::ledger::{Kind, Ledger};
 use crate::publish::{self, manifest, names, Outcome, Request};
@@ -89,8 +90,8 @@ pub struct PublishArgs {
     /// Also send the checkpoint to this bucket (s3://bucket/prefix/; default: [publish]
     /// remote), verified there by a background uploader; credentials from the environment
     /// or ~/.aws (never the config).
-    #[arg(long, value_name = "URL")]
-    pub remote: Option<String>,
+    #[arg(long, value_name = "URL", value_parser = RemoteTarget::parse_arg)]
+    pub remote: Option<RemoteTarget>,
     /// Internal: the uploader of --to DIR (started after a publish with a remote).
     #[arg(long, hide = true, requires = "to", conflicts_with_all = ["verify", "wait", "detach", "drain"])]
     pub upload_drain: bool,
@@ -114,7 +115,7 @@ struct Target {
     rollback_margin: u64,
     config: Option<PathBuf>,
     detach: bool,
-    remote: Option<crate::config::remote::Remote>,
+    remote: Option<Remote>,
 }
 
 fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
@@ -145,10 +146,7 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
             rollback_margin: c.watch.rollback_margin_steps,
             config: Some(c.path.clone()),
             detach: c.publish.detach,
-            remote: crate::config::remote::Remote::from(
-                args.remote.as_deref().or(c.publish.remote.as_deref()),
-                &c.remote,
-            )?,
+            remote: Remote::chosen(args.remote.as_ref(), c.publish.remote.as_ref(), &c.remote),
         },
         None => {
             // `--verify PATH` names the directory itself: PATH's own, whose ledger holds
@@ -179,10 +177,7 @@ fn resolve(global: &Global, args: &PublishArgs) -> Result<Target> {
                 rollback_margin: 0,
                 config: None,
                 detach: false,
-                remote: crate::config::remote::Remote::from(
-                    args.remote.as_deref(),
-                    &crate::config::remote::RemoteConfig::default(),
-                )?,
+                remote: Remote::chosen(args.remote.as_ref(), None, &RemoteConfig::default()),
             }
         }
     };

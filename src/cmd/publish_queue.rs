@@ -163,6 +163,8 @@ fn wait_uploads(
 ) -> Result<Vec<String>> {
     use crate::remote::queue;
     let mut restarted = false;
+    // Records after this one were written while this --wait waited.
+    let since = ledger.records()?.last().map_or(0, |r| r.seq);
     loop {
         let jobs = queue::pending(dest)?;
         if jobs.is_empty() {
@@ -171,8 +173,15 @@ fn wait_uploads(
         let timed_out = deadline.is_some_and(|d| std::time::Instant::now() >= d);
         if !queue::running(dest) {
             // Give a stopped uploader one more start (it may have stopped for a network
-            // outage since mended); when it stops again, report why.
-            if restarted || publish::publisher::roger_exe().is_none() || timed_out {
+            // outage since mended, or its cause was fixed before this --wait); when it
+            // stops again, or stopped on a permanent error during this wait, report why.
+            let permanent = ledger.records().unwrap_or_default().iter().any(|r| {
+                r.seq > since
+                    && r.kind == Kind::Remote
+                    && r.str_field("event") == Some("failed")
+                    && r.get("permanent") == Some(&serde_json::Value::Bool(true))
+            });
+            if restarted || permanent || publish::publisher::roger_exe().is_none() || timed_out {
                 let recs = ledger.records().unwrap_or_default();
                 return Ok(jobs
                     .iter()
@@ -187,7 +196,7 @@ fn wait_uploads(
                             })
                             .and_then(|r| r.str_field("error"))
                             .unwrap_or("queued behind the one above; the uploader stopped");
-                        let url = format!("{}checkpoints/{}", j.remote, j.name);
+                        let url = j.remote.object_url(&j.remote.checkpoint_key(&j.name));
                         format!(
                             "not in the bucket yet: {} -> {url} ({why})",
                             j.path.display()
@@ -195,9 +204,18 @@ fn wait_uploads(
                     })
                     .collect());
             }
+            let mark = ledger.records()?.last().map_or(0, |r| r.seq);
             queue::resume(dest);
             restarted = true;
-            std::thread::sleep(std::time::Duration::from_millis(300));
+            // Until the uploader has the lock or has written something (a fast failure
+            // may come and go between two looks at the lock).
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < std::time::Duration::from_secs(10)
+                && !queue::running(dest)
+                && ledger.records()?.last().map_or(0, |r| r.seq) == mark
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
             continue;
         }
         if timed_out {

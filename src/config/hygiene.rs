@@ -18,8 +18,9 @@ pub struct PublishConfig {
     /// `roger publish` queues the publish and returns at once (as `--detach`).
     pub detach: bool,
     /// `s3://bucket/prefix/`: every published checkpoint is also sent there, verified
-    /// (`[remote]` says how to reach it; credentials come from the environment).
-    pub remote: Option<String>,
+    /// (`[remote]` says how to reach it; credentials come from the environment). Parsed here,
+    /// as the file is read.
+    pub remote: Option<super::remote::Target>,
 }
 
 impl Default for PublishConfig {

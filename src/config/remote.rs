@@ -96,8 +96,10 @@ impl VerifyMode {
     }
 }
 
-/// `s3://bucket/prefix/`, parsed.
+/// `s3://bucket/prefix/`, parsed once where it enters (roger.toml, `--remote`, a queued
+/// upload job) and carried inward typed. It is read and written as its URL.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct Target {
     pub bucket: String,
     /// Without leading or trailing slashes; may be empty.
@@ -107,7 +109,7 @@ pub struct Target {
 impl Target {
     pub fn parse(url: &str) -> Result<Target> {
         let Some(rest) = url.strip_prefix("s3://") else {
-            bail!("remote {url:?}: expected s3://bucket/prefix/ (any S3-compatible store; set [remote] endpoint for one that is not AWS)");
+            bail!("remote {url:?}: expected s3://bucket/prefix/ (any S3-compatible store; for one that is not AWS set its endpoint in [remote] endpoint or AWS_ENDPOINT_URL)");
         };
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         let ok = (3..=63).contains(&bucket.len())
@@ -127,6 +129,11 @@ impl Target {
             bucket: bucket.to_string(),
             prefix,
         })
+    }
+
+    /// The clap value parser of `--remote URL`.
+    pub fn parse_arg(url: &str) -> Result<Target, String> {
+        Target::parse(url).map_err(|e| format!("{e:#}"))
     }
 
     fn join(&self, rest: &str) -> String {
@@ -160,6 +167,19 @@ impl Target {
     }
 }
 
+impl TryFrom<String> for Target {
+    type Error = String;
+    fn try_from(url: String) -> Result<Target, String> {
+        Target::parse_arg(&url)
+    }
+}
+
+impl From<Target> for String {
+    fn from(t: Target) -> String {
+        t.url()
+    }
+}
+
 /// A remote in effect: where, and how.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Remote {
@@ -168,19 +188,22 @@ pub struct Remote {
 }
 
 impl Remote {
-    /// The remote `--remote` or `[publish] remote` names, if any.
-    pub fn from(url: Option<&str>, cfg: &RemoteConfig) -> Result<Option<Remote>> {
-        match url {
-            None => Ok(None),
-            Some(u) => Ok(Some(Remote {
-                target: Target::parse(u)?,
-                cfg: cfg.clone(),
-            })),
-        }
+    /// The bucket in effect: `--remote` when given, else the config's `[publish] remote`
+    /// (the one place that decides "flag or config"), reached as `[remote]` says.
+    pub fn chosen(
+        flag: Option<&Target>,
+        config: Option<&Target>,
+        cfg: &RemoteConfig,
+    ) -> Option<Remote> {
+        flag.or(config).map(|t| Remote {
+            target: t.clone(),
+            cfg: cfg.clone(),
+        })
     }
 
-    pub fn of_config(c: &crate::config::Config) -> Result<Option<Remote>> {
-        Remote::from(c.publish.remote.as_deref(), &c.remote)
+    /// The config's own bucket, if it names one.
+    pub fn of_config(c: &crate::config::Config) -> Option<Remote> {
+        Remote::chosen(None, c.publish.remote.as_ref(), &c.remote)
     }
 }
 
@@ -215,6 +238,29 @@ mod tests {
             let e = Target::parse(url).unwrap_err().to_string();
             assert!(e.contains(says), "{url}: {e}");
         }
+    }
+
+    #[test]
+    fn a_target_is_read_and_written_as_its_url() {
+        #[derive(Debug, Deserialize, Serialize)]
+        struct T {
+            remote: Target,
+        }
+        let t: T = toml::from_str("remote = \"s3://ckpts/runs/gpt2\"").unwrap();
+        assert_eq!(t.remote, Target::parse("s3://ckpts/runs/gpt2/").unwrap());
+        assert_eq!(
+            serde_json::to_value(&t).unwrap(),
+            serde_json::json!({"remote": "s3://ckpts/runs/gpt2/"})
+        );
+        let e = toml::from_str::<T>("remote = \"gs://b/p\"").unwrap_err();
+        assert!(e.to_string().contains("expected s3://"), "{e}");
+        let flag = Target::parse("s3://flag").unwrap();
+        let conf = Target::parse("s3://conf").unwrap();
+        let cfg = RemoteConfig::default();
+        let pick = |f, c| Remote::chosen(f, c, &cfg).map(|r| r.target.bucket);
+        assert_eq!(pick(Some(&flag), Some(&conf)).as_deref(), Some("flag"));
+        assert_eq!(pick(None, Some(&conf)).as_deref(), Some("conf"));
+        assert_eq!(pick(None, None), None);
     }
 
     #[test]

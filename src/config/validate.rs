@@ -108,10 +108,6 @@ pub(super) fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
     raw.remote
         .check()
         .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
-    if let Some(url) = raw.publish.as_ref().and_then(|p| p.remote.as_deref()) {
-        super::remote::Target::parse(url)
-            .map_err(|e| anyhow::anyhow!("{file}: [publish] {e:#}"))?;
-    }
     if let Some(s) = &raw.schedule {
         if !(s.peak_lr.is_finite() && s.peak_lr > 0.0) {
             bail!("{file}: [schedule] expected peak_lr > 0, got {}", s.peak_lr);

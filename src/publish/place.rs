@@ -154,24 +154,9 @@ fn digest(rel: &str, r: &Reread) -> crate::digest::FileDigest {
     }
 }
 
-/// fsync every directory under `root` (deepest first) and `root` itself.
-pub fn fsync_dirs(root: &Path) -> Result<fsx::DirSync> {
-    let mut dirs = vec![root.to_path_buf()];
-    let mut i = 0;
-    while i < dirs.len() {
-        for e in std::fs::read_dir(&dirs[i])?.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                dirs.push(e.path());
-            }
-        }
-        i += 1;
-    }
-    let mut sync = fsx::DirSync::Ok;
-    for d in dirs.iter().rev() {
-        sync = sync.and(fsx::fsync_dir(d)?);
-    }
-    Ok(sync)
-}
+/// fsync every directory under `root` (deepest first) and `root` itself (one helper for
+/// every writer of a directory tree: [`fsx::fsync_tree`]).
+pub use crate::sys::fsx::fsync_tree as fsync_dirs;
 
 /// What `copy_and_verify` wrote and read back.
 pub struct Copied {

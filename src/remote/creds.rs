@@ -24,7 +24,8 @@ impl Env {
         }
     }
 
-    fn var(&self, k: &str) -> Option<&str> {
+    /// A variable, unset when empty (as the AWS tools read them).
+    pub fn var(&self, k: &str) -> Option<&str> {
         self.vars
             .get(k)
             .map(String::as_str)
@@ -45,7 +46,13 @@ pub struct FromFiles {
     pub profile: String,
     pub keys: Option<Keys>,
     pub region: Option<String>,
+    /// The profile's `endpoint_url`.
     pub endpoint: Option<String>,
+    /// The S3 `endpoint_url` of the `[services NAME]` section the profile names
+    /// (`services = NAME`): (NAME, url).
+    pub services_endpoint: Option<(String, String)>,
+    /// The profile's `ignore_configured_endpoint_urls = true`.
+    pub ignore_endpoints: bool,
 }
 
 /// Whether the environment itself names credentials (then the files are not read for keys).
@@ -104,9 +111,19 @@ pub fn from_files(env: &Env) -> Option<FromFiles> {
         }),
         _ => None,
     };
+    let services_endpoint = f.and_then(|s| s.get("services")).and_then(|name| {
+        config
+            .get(&format!("services {name}"))
+            .and_then(|s| s.get("s3.endpoint_url"))
+            .map(|u| (name.clone(), u.clone()))
+    });
     Some(FromFiles {
         profile,
         keys,
+        services_endpoint,
+        ignore_endpoints: f
+            .and_then(|s| s.get("ignore_configured_endpoint_urls"))
+            .is_some_and(|v| v.eq_ignore_ascii_case("true")),
         region: f.and_then(|s| s.get("region")).cloned(),
         endpoint: f
             .and_then(|s| s.get("endpoint_url"))
@@ -115,23 +132,33 @@ pub fn from_files(env: &Env) -> Option<FromFiles> {
     })
 }
 
-/// An INI file as the AWS tools read it: `[section]`, `key = value`, `#`/`;` comments.
+/// An INI file as the AWS tools read it: `[section]`, `key = value`, `#`/`;` comments, and
+/// nested settings (`s3 =` then indented `endpoint_url = ...`, stored as `s3.endpoint_url`).
 fn ini(text: &str) -> HashMap<String, HashMap<String, String>> {
     let mut out: HashMap<String, HashMap<String, String>> = HashMap::new();
     let mut section: Option<String> = None;
+    let mut parent: Option<String> = None;
     for line in text.lines() {
         let l = line.trim();
         if l.is_empty() || l.starts_with('#') || l.starts_with(';') {
             continue;
         }
+        let indented = line.starts_with([' ', '\t']);
         if let Some(name) = l.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
             let name = name.split_whitespace().collect::<Vec<_>>().join(" ");
             out.entry(name.clone()).or_default();
             section = Some(name);
+            parent = None;
         } else if let (Some(s), Some((k, v))) = (&section, l.split_once('=')) {
-            out.entry(s.clone())
-                .or_default()
-                .insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_string());
+            let key = match (&parent, indented) {
+                (Some(p), true) => format!("{p}.{k}"),
+                _ => {
+                    parent = v.is_empty().then(|| k.clone());
+                    k
+                }
+            };
+            out.entry(s.clone()).or_default().insert(key, v);
         }
     }
     out
@@ -177,6 +204,25 @@ mod tests {
         assert_eq!(f.region.as_deref(), Some("us-west-2"));
         assert_eq!(f.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         assert!(from_files(&env(d.path(), &[("AWS_PROFILE", "nope")])).is_none());
+    }
+
+    #[test]
+    fn a_services_section_names_the_s3_endpoint() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join(".aws")).unwrap();
+        std::fs::write(
+            d.path().join(".aws/config"),
+            "[profile lab]\nservices = local\nendpoint_url = https://general:1\nignore_configured_endpoint_urls = false\n\
+             [services local]\ndynamodb =\n  endpoint_url = http://ddb:2\ns3 =\n  endpoint_url = http://minio:9000\n",
+        )
+        .unwrap();
+        let f = from_files(&env(d.path(), &[("AWS_PROFILE", "lab")])).unwrap();
+        assert_eq!(
+            f.services_endpoint,
+            Some(("local".to_string(), "http://minio:9000".to_string()))
+        );
+        assert_eq!(f.endpoint.as_deref(), Some("https://general:1"));
+        assert!(!f.ignore_endpoints);
     }
 
     #[test]

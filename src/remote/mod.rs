@@ -10,6 +10,7 @@
 //! and fed with ledger records; the object store sits behind [`store::Store`].
 
 pub mod creds;
+pub mod endpoint;
 pub mod fetch;
 pub mod latest;
 pub mod mirror;

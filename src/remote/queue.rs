@@ -10,6 +10,7 @@ use super::latest::{self, Moved, RemoteLatest};
 use super::records::SOURCE;
 use super::store::{Store, StoreError};
 use super::{mirror, records, upload, Remote, RemoteConfig, Target};
+
 use crate::ledger::{Entry, Kind, Ledger, Record};
 use crate::sys::fsx;
 use anyhow::{Context, Result};
@@ -27,7 +28,8 @@ pub struct Job {
     pub id: String,
     pub run: String,
     pub ledger: PathBuf,
-    pub remote: String,
+    /// The bucket and prefix (written as its `s3://bucket/prefix/` URL).
+    pub remote: Target,
     pub cfg: RemoteConfig,
     /// The local checkpoint (absolute, as its publish record names it).
     pub path: PathBuf,
@@ -114,7 +116,7 @@ pub fn enqueue(
         ),
         run: run.to_string(),
         ledger: std::path::absolute(ledger.path())?,
-        remote: remote.target.url(),
+        remote: remote.target.clone(),
         cfg: remote.cfg.clone(),
         path: path.to_path_buf(),
         dir: path.is_dir(),
@@ -302,20 +304,33 @@ pub fn drain(dest: &Path, open: &dyn Fn(&Remote) -> Result<Box<dyn Store>>) -> R
         let Some(lock) = crate::publish::queue::lock_file(&dir(dest).join(LOCK), true)? else {
             return Ok(out);
         };
-        let mut stores: Vec<(String, Box<dyn Store>)> = Vec::new();
+        let mut stores: Vec<(Target, Box<dyn Store>)> = Vec::new();
         loop {
             let jobs = pending(dest)?;
             let Some(job) = jobs.into_iter().next() else {
                 break;
             };
             let remote = Remote {
-                target: Target::parse(&job.remote)?,
+                target: job.remote.clone(),
                 cfg: job.cfg.clone(),
             };
-            if !stores.iter().any(|(u, _)| *u == job.remote) {
-                stores.push((job.remote.clone(), open(&remote)?));
+            if !stores.iter().any(|(t, _)| *t == job.remote) {
+                match open(&remote) {
+                    Ok(s) => stores.push((job.remote.clone(), s)),
+                    Err(e) => {
+                        // The client cannot even be set up (a bad endpoint): on record, as
+                        // the job's attempt, so that --wait and status can say why.
+                        let url = remote
+                            .target
+                            .object_url(&remote.target.checkpoint_key(&job.name));
+                        let ledger = Ledger::new(&job.ledger);
+                        failed_attempt(&ledger, &job, &url, &e, 1)?;
+                        out.left = pending(dest)?.len();
+                        return Ok(out);
+                    }
+                }
             }
-            let store = &stores.iter().find(|(u, _)| *u == job.remote).unwrap().1;
+            let store = &stores.iter().find(|(t, _)| *t == job.remote).unwrap().1;
             match work(dest, store.as_ref(), &remote, job)? {
                 Step::Done => out.verified += 1,
                 Step::Dropped => {}
@@ -359,6 +374,53 @@ fn record(
 }
 
 const TRIES: u32 = 5;
+
+/// Whether an error is one that retrying cannot mend ([`StoreError::is_permanent`]).
+pub fn permanent(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<StoreError>()
+            .is_some_and(StoreError::is_permanent)
+    })
+}
+
+/// A `failed` record of one upload attempt (`permanent`: the uploader stops on it, no
+/// retry), also said on stderr; returns whether it was permanent.
+fn failed_attempt(
+    ledger: &Ledger,
+    job: &Job,
+    url: &str,
+    e: &anyhow::Error,
+    attempt: u32,
+) -> Result<bool> {
+    use serde_json::json;
+    let fatal = permanent(e);
+    let msg = super::store::scrub(&format!("{e:#}"));
+    record(
+        ledger,
+        job,
+        "failed",
+        vec![
+            ("url", json!(url)),
+            ("error", json!(msg)),
+            ("attempt", json!(attempt)),
+            ("permanent", json!(fatal)),
+            (
+                "reason",
+                json!(if fatal {
+                    "left queued, not retried (a retry cannot mend this): fix the cause; the next publish, roger watch or roger publish --wait tries again"
+                } else {
+                    "retrying with backoff"
+                }),
+            ),
+        ],
+    )?;
+    eprintln!(
+        "roger: upload of {} to {url} failed (attempt {attempt}{}): {msg}",
+        job.path.display(),
+        if fatal { ", permanent" } else { "" }
+    );
+    Ok(fatal)
+}
 
 fn work(dest: &Path, store: &dyn Store, remote: &Remote, mut job: Job) -> Result<Step> {
     use serde_json::json;
@@ -481,33 +543,7 @@ fn work(dest: &Path, store: &dyn Store, remote: &Remote, mut job: Job) -> Result
                 }
             }
             Err(e) => {
-                let fatal = matches!(
-                    e.downcast_ref::<StoreError>(),
-                    Some(StoreError::Denied(_)) | Some(StoreError::NotFound(_))
-                );
-                let msg = super::store::scrub(&format!("{e:#}"));
-                record(
-                    &ledger,
-                    &job,
-                    "failed",
-                    vec![
-                        ("url", json!(url)),
-                        ("error", json!(msg)),
-                        ("attempt", json!(attempt)),
-                        (
-                            "reason",
-                            json!(if fatal {
-                                "left queued: fix the cause; the next publish, roger watch or roger publish --wait retries"
-                            } else {
-                                "retrying with backoff"
-                            }),
-                        ),
-                    ],
-                )?;
-                eprintln!(
-                    "roger: upload of {} to {url} failed (attempt {attempt}): {msg}",
-                    job.path.display()
-                );
+                let fatal = failed_attempt(&ledger, &job, &url, &e, attempt)?;
                 if fatal {
                     return Ok(Step::Stop);
                 }
@@ -773,6 +809,89 @@ mod tests {
     use crate::config::units::Bytes;
     use crate::remote::store::Memory;
     use std::sync::Arc;
+
+    /// A bucket, a published checkpoint of `size` bytes queued for it, and its ledger.
+    fn queued(d: &Path, size: usize) -> (PathBuf, Ledger, Remote) {
+        std::env::set_var("ROGER_UPLOAD_BACKOFF_MS", "1");
+        let dest = d.join("ckpt");
+        std::fs::create_dir_all(&dest).unwrap();
+        let ledger = Ledger::new(d.join("roger-ledger.jsonl"));
+        let remote = Remote {
+            target: Target::parse("s3://bkt/run").unwrap(),
+            cfg: RemoteConfig {
+                part_size: Bytes(5 << 20),
+                ..Default::default()
+            },
+        };
+        let p = dest.join("ckpt-10.pt");
+        std::fs::write(&p, vec![7u8; size]).unwrap();
+        let sha = crate::digest::hash_file(&p).unwrap().0;
+        enqueue(
+            &dest,
+            &remote,
+            &ledger,
+            "r",
+            &p,
+            &sha,
+            size as u64,
+            Some(10),
+            0,
+        )
+        .unwrap();
+        (dest, ledger, remote)
+    }
+
+    /// The `failed` records: (attempt, permanent).
+    fn failures(ledger: &Ledger) -> Vec<(Option<u64>, Option<bool>)> {
+        ledger
+            .records()
+            .unwrap()
+            .iter()
+            .filter(|r| r.str_field("event") == Some("failed"))
+            .map(|r| {
+                (
+                    r.u64_field("attempt"),
+                    r.get("permanent").and_then(|v| v.as_bool()),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_permanent_error_is_recorded_once_and_not_retried() {
+        let d = tempfile::tempdir().unwrap();
+        let (dest, ledger, _) = queued(d.path(), 100);
+        let got = drain(&dest, &|_| {
+            Err(anyhow::Error::new(StoreError::Config(
+                "remote s3://bkt/run/: endpoint refused: ...".into(),
+            )))
+        })
+        .unwrap();
+        assert_eq!((got.verified, got.left), (0, 1));
+        assert_eq!(failures(&ledger), vec![(Some(1), Some(true))]);
+        // Refused credentials and a missing bucket are permanent too; a reset is not.
+        for (e, perm) in [
+            (StoreError::Denied("access denied".into()), true),
+            (StoreError::NotFound("no such bucket".into()), true),
+            (StoreError::Other("connection reset by peer".into()), false),
+            (StoreError::Conflict("raced".into()), false),
+        ] {
+            let e = anyhow::Error::new(e).context("uploading part 1 of s3://bkt/run/x");
+            assert_eq!(permanent(&e), perm, "{e:#}");
+        }
+    }
+
+    #[test]
+    fn a_transient_error_is_retried_to_a_verified_copy() {
+        let d = tempfile::tempdir().unwrap();
+        let (dest, ledger, _) = queued(d.path(), 6 << 20);
+        let mem = Arc::new(Memory::default());
+        *mem.fail_parts.lock().unwrap() = 1;
+        let m2 = mem.clone();
+        let got = drain(&dest, &move |_| Ok(Box::new(m2.clone()) as Box<dyn Store>)).unwrap();
+        assert_eq!((got.verified, got.left), (1, 0));
+        assert_eq!(failures(&ledger), vec![(Some(1), Some(false))]);
+    }
 
     #[test]
     fn jobs_upload_verify_move_latest_prune_and_mirror() {

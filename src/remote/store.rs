@@ -34,7 +34,20 @@ pub enum StoreError {
     Conflict(String),
     /// 401/403: the credentials are wrong or lack the permission.
     Denied(String),
+    /// The client cannot be set up or cannot build a request (a bad endpoint): no retry helps.
+    Config(String),
     Other(String),
+}
+
+impl StoreError {
+    /// An error that retrying cannot mend (refused credentials, no such bucket or key, a
+    /// configuration error): the uploader stops on it and says so instead of retrying.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            StoreError::NotFound(_) | StoreError::Denied(_) | StoreError::Config(_)
+        )
+    }
 }
 
 impl std::fmt::Display for StoreError {
@@ -43,6 +56,7 @@ impl std::fmt::Display for StoreError {
             StoreError::NotFound(m)
             | StoreError::Conflict(m)
             | StoreError::Denied(m)
+            | StoreError::Config(m)
             | StoreError::Other(m) => f.write_str(m),
         }
     }
@@ -79,7 +93,14 @@ pub struct S3 {
     rt: tokio::runtime::Runtime,
     s3: object_store::aws::AmazonS3,
     bucket: String,
-    endpoint: Option<String>,
+    /// " (endpoint URL from WHERE)", or empty for AWS itself: for messages.
+    endpoint: String,
+}
+
+fn note(e: Option<&super::endpoint::Endpoint>) -> String {
+    e.map_or(String::new(), |e| {
+        format!(" (endpoint {} from {})", e.url, e.source)
+    })
 }
 
 impl S3 {
@@ -87,7 +108,31 @@ impl S3 {
         use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, Checksum, S3ConditionalPut};
         use object_store::{BackoffConfig, ClientOptions, RetryConfig};
         let cfg = &remote.cfg;
-        let mut b = AmazonS3Builder::from_env()
+        let env = super::creds::Env::real();
+        let files = super::creds::from_files(&env);
+        let endpoint = super::endpoint::resolve(cfg.endpoint.as_deref(), &env, files.as_ref())
+            .map_err(|e| {
+                anyhow::Error::new(StoreError::Config(format!(
+                    "remote {}: {e}",
+                    remote.target.url()
+                )))
+            })?;
+        // The AWS_* variables as object_store reads them, except the endpoint and whether
+        // plain http is allowed: those two are decided above, the way the AWS SDKs decide.
+        let mut b = AmazonS3Builder::new();
+        for (k, v) in &env.vars {
+            let k = k.to_ascii_lowercase();
+            if matches!(
+                k.as_str(),
+                "aws_endpoint" | "aws_endpoint_url" | "aws_allow_http"
+            ) {
+                continue;
+            }
+            if let Ok(key) = k.parse::<AmazonS3ConfigKey>() {
+                b = b.with_config(key, v);
+            }
+        }
+        b = b
             .with_bucket_name(&remote.target.bucket)
             .with_checksum_algorithm(Checksum::SHA256)
             .with_conditional_put(S3ConditionalPut::ETagMatch)
@@ -105,19 +150,10 @@ impl S3 {
                 ClientOptions::new()
                     .with_timeout(cfg.timeout.0)
                     .with_connect_timeout(std::time::Duration::from_secs(10))
-                    .with_allow_http(
-                        cfg.endpoint
-                            .as_deref()
-                            .is_some_and(|e| e.starts_with("http://")),
-                    ),
+                    .with_allow_http(endpoint.as_ref().is_some_and(|e| e.allow_http())),
             );
-        let files = super::creds::from_files(&super::creds::Env::real());
-        if let Some(e) = &cfg.endpoint {
-            b = b.with_endpoint(e);
-        } else if let Some(e) = files.as_ref().and_then(|f| f.endpoint.clone()) {
-            b = b
-                .with_endpoint(&e)
-                .with_allow_http(e.starts_with("http://"));
+        if let Some(e) = &endpoint {
+            b = b.with_endpoint(&e.url);
         }
         let region = cfg
             .region
@@ -129,7 +165,7 @@ impl S3 {
         b = b.with_region(region);
         // The shared credentials file only where the environment names no credentials of
         // its own: static keys, a web identity token or a container role come first.
-        if !super::creds::env_has_credentials(&super::creds::Env::real()) {
+        if !super::creds::env_has_credentials(&env) {
             if let Some(k) = files.and_then(|f| f.keys) {
                 b = b
                     .with_access_key_id(k.access_key_id)
@@ -139,12 +175,13 @@ impl S3 {
                 }
             }
         }
+        let note = note(endpoint.as_ref());
         let s3 = b.build().map_err(|e| {
-            anyhow::anyhow!(
-                "remote {}: cannot set up the S3 client: {}",
+            anyhow::Error::new(StoreError::Config(format!(
+                "remote {}{note}: cannot set up the S3 client: {}",
                 remote.target.url(),
                 scrub(&e.to_string())
-            )
+            )))
         })?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -155,7 +192,7 @@ impl S3 {
             rt,
             s3,
             bucket: remote.target.bucket.clone(),
-            endpoint: cfg.endpoint.clone(),
+            endpoint: note,
         })
     }
 
@@ -198,14 +235,18 @@ impl S3 {
                     self.endpoint_note()
                 ))
             }
+            // The HTTP client would not even build the request: a configuration error that
+            // no retry mends (object_store says only "builder error").
+            _ if msg.contains("builder error") => StoreError::Config(format!(
+                "{what} {at}{}: the HTTP client refused to build the request (a malformed endpoint URL, or plain http where https is required): check the endpoint and [remote]: {msg}",
+                self.endpoint_note()
+            )),
             _ => StoreError::Other(format!("{what} {at}{}: {msg}", self.endpoint_note())),
         }
     }
 
     fn endpoint_note(&self) -> String {
-        self.endpoint
-            .as_ref()
-            .map_or(String::new(), |e| format!(" (endpoint {e})"))
+        self.endpoint.clone()
     }
 }
 

@@ -3,7 +3,8 @@
 //! `concurrency` at a time, each with its SHA-256 checksum header; memory held is at most
 //! `part_size × concurrency`. Verify: the object is re-read with ranged GETs, `concurrency`
 //! at a time, hashed in order, and must equal the recorded SHA-256 — only then does the copy
-//! count. Download: the same ranged GETs into a staging file, fsynced, hashed, renamed.
+//! count. Download: the same ranged GETs into a staging file (or tree), every file and
+//! directory fsynced, hashed, renamed, the parent fsynced.
 
 use super::store::{Cond, Store};
 use super::{RemoteConfig, VerifyMode};
@@ -349,8 +350,8 @@ pub struct Mismatch {
 }
 
 /// Download a checkpoint (its objects under `key`) to `dest` through a staging name beside
-/// it: ranged GETs in parallel, each streamed to its offset in the staging file, fsynced,
-/// then hashed from the disk (what will be resumed from is what is hashed). Returns its
+/// it: ranged GETs in parallel, each streamed to its offset in the staging file, every file
+/// and directory fsynced, then hashed from the disk (what will be resumed from is what is hashed). Returns its
 /// SHA-256 as publish records it and its size; the caller compares them to the record
 /// before the file is used. A failure (a full disk, the network) leaves no staging file.
 pub fn download(
@@ -402,6 +403,11 @@ pub fn download(
                 std::fs::create_dir_all(p)?;
             }
             fetch_object(store, k, &path, cfg)?;
+        }
+        // Every file is fsynced; now every directory of the tree, deepest first, so that
+        // the rename below publishes entries that survive a power cut (as publish does).
+        if dir {
+            crate::sys::fsx::fsync_tree(&staging)?;
         }
         let d = crate::digest::hash_path(&staging)?;
         Ok((d.sha256, d.size))

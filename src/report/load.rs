@@ -106,11 +106,7 @@ fn bucket(
     records: &[crate::ledger::Record],
     now: DateTime<Utc>,
 ) -> Option<super::headline::BucketSide> {
-    let url = crate::config::remote::Remote::of_config(cfg)
-        .ok()
-        .flatten()?
-        .target
-        .url();
+    let url = crate::config::remote::Remote::of_config(cfg)?.target.url();
     let s = crate::checkpoints::bucket::summary(records, &cfg.run.name);
     let stale_error = match (s.last_error_at, s.newest_at) {
         (Some(e), Some(v)) => e > v,

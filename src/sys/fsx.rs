@@ -1,6 +1,6 @@
 //! The two file-system idioms every writer shares, written once: replacing a file atomically
 //! ([`write_atomic`], [`AtomicFile`]) and making directory entries durable ([`fsync_dir`],
-//! [`create_dirs_durably`]). No other module renames a temporary over a file to replace its
+//! [`fsync_tree`], [`create_dirs_durably`]). No other module renames a temporary over a file to replace its
 //! content, or fsyncs a directory by hand. The other renames outside `sys/` move a whole item
 //! after its check (a verified staging copy to its real name in `publish/place.rs`, a
 //! downloaded checkpoint in `remote/upload.rs`, quarantine's moves, ...); only the files in
@@ -80,6 +80,30 @@ pub fn fsync_dir(dir: &Path) -> Result<DirSync> {
             None => Err(e).with_context(|| format!("fsync of directory {}", dir.display())),
         },
     }
+}
+
+/// fsync every directory under `root` (deepest first) and `root` itself, so that every entry
+/// of a tree built under a staging name (each file already fsynced) survives a power cut once
+/// the tree is renamed into place. A filesystem that cannot fsync directories: the first
+/// [`DirSync::Unsupported`], as for [`fsync_dir`].
+pub fn fsync_tree(root: &Path) -> Result<DirSync> {
+    let mut dirs = vec![root.to_path_buf()];
+    let mut i = 0;
+    while i < dirs.len() {
+        let rd = std::fs::read_dir(&dirs[i])
+            .with_context(|| format!("reading directory {}", dirs[i].display()))?;
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(e.path());
+            }
+        }
+        i += 1;
+    }
+    let mut sync = DirSync::Ok;
+    for d in dirs.iter().rev() {
+        sync = sync.and(fsync_dir(d)?);
+    }
+    Ok(sync)
 }
 
 /// The directory a relative or absolute path's entry lives in (`.` for a bare name).

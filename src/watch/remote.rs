@@ -19,14 +19,7 @@ impl Bucket {
     /// The run's bucket, if it has one; an unreachable one is a warning (the run goes on
     /// with what is on this disk).
     pub fn open(cfg: &Config) -> Option<Bucket> {
-        let remote = match Remote::of_config(cfg) {
-            Ok(Some(r)) => r,
-            Ok(None) => return None,
-            Err(e) => {
-                eprintln!("roger: warning: {e:#}");
-                return None;
-            }
-        };
+        let remote = Remote::of_config(cfg)?;
         match store::open(&remote) {
             Ok(store) => Some(Bucket { remote, store }),
             Err(e) => {
@@ -133,7 +126,7 @@ impl Bucket {
 /// Mirror the ledger to the bucket, waiting at most `limit` (a dead network must not hold
 /// up a relaunch; the push goes on in the background and the next one catches up).
 pub fn mirror(cfg: &Config, ledger: &Ledger, limit: Duration) {
-    let Ok(Some(remote)) = Remote::of_config(cfg) else {
+    let Some(remote) = Remote::of_config(cfg) else {
         return;
     };
     let path = ledger.path().to_path_buf();

@@ -7,6 +7,7 @@
 
 mod detach;
 mod drvfs;
+mod fetch;
 mod fs;
 mod publish;
 mod quarantine;

@@ -7,6 +7,7 @@
 //! hand-off; and that no secret reaches the ledger, a report, status or stderr.
 
 mod creds;
+mod endpoint;
 mod faults;
 mod fresh;
 
