@@ -19,6 +19,7 @@ mod install;
 mod kubernetes_examples;
 mod layout;
 mod ledger;
+mod nonfinite;
 mod notify;
 mod powercut;
 mod probe;
