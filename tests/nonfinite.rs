@@ -39,3 +39,42 @@ fn a_nanogpt_run_that_went_nan_is_read_to_its_end_and_fails_at_the_first_nan() {
     let reason = loss["reason"].as_str().unwrap();
     assert!(reason.contains("since step 3010"), "{reason}");
 }
+
+/// Every spelling of a non-finite value is a sample in CSV and JSON lines (Python's bare `NaN`
+/// / `-Infinity`, quoted `"nan"`); a mapped value that is no number is reported by `init`,
+/// `check` and `critic` with its file, line, key and value, and the rest of its line is used.
+#[test]
+fn non_finite_cells_are_samples_and_a_bad_value_is_reported_everywhere() {
+    for (file, text, not_read, first) in [
+        (
+            "train.csv",
+            "step,loss,lr\n1,3.5,1e-4\n2,3.4,1e-4\n3,nan,1e-4\n4,oops,1e-4\n5,-inf,\"nan\"\n6,Infinity,1e-4\n",
+            "train.csv:5: column `loss` is \"oops\", expected a number",
+            "loss 3 time(s), first at step 3",
+        ),
+        (
+            "train.jsonl",
+            "{\"step\": 1, \"loss\": 3.5}\n{\"step\": 2, \"loss\": NaN}\n{\"step\": 3, \"loss\": \"oops\"}\n{\"step\": 4, \"loss\": -Infinity}\n{\"step\": 5, \"loss\": \"nan\"}\n",
+            "train.jsonl:3: `loss` is \"oops\", expected a number",
+            "loss 3 time(s), first at step 2",
+        ),
+    ] {
+        let env = Env::new();
+        env.write(file, text);
+        let init = env.run(&["init", "--log", file]).expect(0);
+        for s in [not_read, first] {
+            assert!(init.stderr().contains(s), "{s:?}\n{}", init.report());
+        }
+        let check = env.run(&["check"]).expect(0);
+        assert!(check.stdout().contains(not_read), "{}", check.report());
+        assert!(
+            check.stdout().contains("(3 with a non-finite value), 1 line(s) not read"),
+            "{}",
+            check.report()
+        );
+        let judged = env.run(&["critic", "--once"]);
+        assert_eq!(judged.code(), 2, "{}", judged.report());
+        assert!(judged.stderr().contains(not_read), "{}", judged.report());
+        assert!(judged.stdout().contains("fail    loss"), "{}", judged.report());
+    }
+}

@@ -32,8 +32,9 @@ use regex::bytes::Regex;
 #[derive(Clone)]
 pub struct TextParser {
     keys: Keys,
-    /// Regex, what each group feeds, and which group (if any) counts NaN steps.
-    patterns: Vec<(Regex, Vec<Option<Target>>, Option<usize>)>,
+    /// Regex, what each group feeds (and its name, for a value that is not a number), and
+    /// which group (if any) counts NaN steps.
+    patterns: Vec<(Regex, Vec<Option<Target>>, Vec<String>, Option<usize>)>,
     /// Patterns without a step: the run's declared total, or its end (see the module doc).
     declarations: Vec<(Regex, Declares)>,
 }
@@ -161,6 +162,7 @@ impl TextParser {
             let re = Regex::new(&p.regex)
                 .with_context(|| format!("[metrics] patterns #{}: bad regex", i + 1))?;
             let mut targets = Vec::new();
+            let mut names = Vec::new();
             let mut nan_group = None;
             let mut unnamed = p.fields.iter();
             for (g, name) in re.capture_names().enumerate().skip(1) {
@@ -179,6 +181,7 @@ impl TextParser {
                         nan_group = Some(targets.len());
                     }
                     targets.push(None);
+                    names.push(name.to_string());
                     continue;
                 }
                 let t = target_of(name);
@@ -190,6 +193,7 @@ impl TextParser {
                     );
                 }
                 targets.push(t);
+                names.push(name.to_string());
             }
             if unnamed.next().is_some() {
                 bail!(
@@ -221,7 +225,7 @@ impl TextParser {
             // counts do not. A pattern the widening cannot keep valid is used as written.
             let takes_values = |g: usize| matches!(targets.get(g - 1), Some(Some(Target::Metric(i))) if *i != TOTAL_SLOT);
             let re = Regex::new(&with_non_finite(&p.regex, takes_values)).unwrap_or(re);
-            patterns.push((re, targets, nan_group));
+            patterns.push((re, targets, names, nan_group));
         }
         if patterns.is_empty() {
             bail!("[metrics] patterns: none has a `step` group: expected at least one pattern for the lines that carry a step");
@@ -237,7 +241,7 @@ impl TextParser {
 impl LineParser for TextParser {
     fn parse(&mut self, line: &[u8]) -> Parsed {
         let line = super::clean_line(line);
-        for (re, targets, nan_group) in &self.patterns {
+        for (re, targets, names, nan_group) in &self.patterns {
             let Some(caps) = re.captures(&line) else {
                 continue;
             };
@@ -250,7 +254,8 @@ impl LineParser for TextParser {
                     Some(v) => fields.set(*t, v),
                     None if fields.bad.is_none() => {
                         fields.bad = Some(format!(
-                            "matched a pattern but {:?} is not a number",
+                            "matched a pattern but `{}` is {:?}, expected a number",
+                            names[g],
                             String::from_utf8_lossy(m.as_bytes())
                         ))
                     }
