@@ -34,10 +34,13 @@ pub struct TextParser {
     keys: Keys,
     /// Regex, what each group feeds (and its name, for a value that is not a number), and
     /// which group (if any) counts NaN steps.
-    patterns: Vec<(Regex, Vec<Option<Target>>, Vec<String>, Option<usize>)>,
+    patterns: Vec<Pattern>,
     /// Patterns without a step: the run's declared total, or its end (see the module doc).
     declarations: Vec<(Regex, Declares)>,
 }
+
+/// A sample pattern: regex, what each group feeds, each group's name, the NaN-count group.
+type Pattern = (Regex, Vec<Option<Target>>, Vec<String>, Option<usize>);
 
 /// What a pattern without a `step` group declares.
 #[derive(Clone, Copy, Debug, PartialEq)]
