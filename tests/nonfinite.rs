@@ -78,3 +78,30 @@ fn non_finite_cells_are_samples_and_a_bad_value_is_reported_everywhere() {
         assert!(judged.stdout().contains("fail    loss"), "{}", judged.report());
     }
 }
+
+/// A log whose head is already non-finite (nanoGPT issue #210's `loss nan` from iter 1, a JSON
+/// lines log whose every line carries Python's bare `NaN`) is still recognised, read and failed.
+#[test]
+fn a_log_that_is_nan_from_its_first_lines_is_recognised() {
+    for (file, text, shape) in [
+        (
+            "train.log",
+            "iter 1: loss nan, time 13.2ms, mfu 1.0%\niter 2: loss nan, time 13.1ms, mfu 1.0%\n",
+            "nanoGPT iter line (2 lines)",
+        ),
+        (
+            "train.jsonl",
+            "{\"step\": 1, \"loss\": NaN, \"grad_norm\": Infinity}\n{\"step\": 2, \"loss\": NaN, \"grad_norm\": NaN}\n",
+            "2 of its first 2 lines are JSON objects",
+        ),
+    ] {
+        let env = Env::new();
+        env.write(file, text);
+        let init = env.run(&["init", "--log", file]).expect(0);
+        assert!(init.stderr().contains(shape), "{}", init.report());
+        assert!(init.stderr().contains("read 2 samples"), "{}", init.report());
+        let judged = env.run(&["critic", "--once"]);
+        assert_eq!(judged.code(), 2, "{}", judged.report());
+        assert!(judged.stdout().contains("fail    loss"), "{}", judged.report());
+    }
+}

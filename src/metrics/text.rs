@@ -154,6 +154,22 @@ pub fn with_non_finite(src: &str, widen: impl Fn(usize) -> bool) -> String {
     out
 }
 
+/// `regex` with its named metric groups taking a non-finite value as [`TextParser`] reads
+/// them: for a detector that must recognise a log whose head is already NaN.
+pub fn widened(regex: &str) -> String {
+    let Ok(re) = Regex::new(regex) else {
+        return regex.to_string();
+    };
+    let names: Vec<Option<&str>> = re.capture_names().skip(1).collect();
+    with_non_finite(regex, |g| {
+        names
+            .get(g - 1)
+            .copied()
+            .flatten()
+            .is_some_and(|n| matches!(target_of(n), Some(Target::Metric(i)) if i != TOTAL_SLOT))
+    })
+}
+
 impl TextParser {
     pub fn new(m: &MetricsConfig) -> Result<TextParser> {
         if m.patterns.is_empty() {
