@@ -197,7 +197,7 @@ fn text_log_with_colours_progress_bars_and_a_bad_line() {
     );
     env.run(&["critic", "--json"])
         .expect(0)
-        .stderr_has("train.log:7: matched a pattern but \"3.x1\" is not a number");
+        .stderr_has("train.log:7: matched a pattern but `loss` is \"3.x1\", expected a number");
     let v = &verdicts(&env)[0];
     assert_eq!(v.step, Some(400));
     let obs = v.get("observation").unwrap();

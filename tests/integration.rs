@@ -21,6 +21,7 @@ mod key_value;
 mod kubernetes_examples;
 mod layout;
 mod ledger;
+mod nonfinite;
 mod notify;
 mod powercut;
 mod probe;

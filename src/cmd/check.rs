@@ -20,7 +20,44 @@ pub fn run(global: &Global, args: CheckArgs) -> Result<u8> {
         return Ok(crate::exit::OK);
     }
     print_human(&cfg);
+    print_log_read(&cfg);
     Ok(crate::exit::OK)
+}
+
+/// Unreadable lines `check` lists one by one; beyond this it counts them.
+const NOT_READ_SHOWN: usize = 5;
+
+/// The log as this config reads it: samples, how many hold a non-finite value, and each line
+/// it cannot read (file, line, key and value), so a mapping that misses shows before a run
+/// relies on it. A log not written yet is said, not an error.
+fn print_log_read(cfg: &Config) {
+    let Some(log) = &cfg.run.log else { return };
+    let read = match crate::metrics::read_all(log, cfg.run.format, &cfg.metrics) {
+        Ok(r) => r,
+        Err(e) => {
+            outln!("read     nothing yet: {e:#}");
+            return;
+        }
+    };
+    let non_finite = read
+        .samples
+        .iter()
+        .filter(|s| s.values.values().any(|v| !v.is_finite()))
+        .count();
+    outln!(
+        "read     {} samples ({non_finite} with a non-finite value), {} line(s) not read",
+        read.samples.len(),
+        read.garbage_total
+    );
+    for g in read.garbage.iter().take(NOT_READ_SHOWN) {
+        outln!("  not read {g}");
+    }
+    let more = read
+        .garbage_total
+        .saturating_sub(read.garbage.len().min(NOT_READ_SHOWN) as u64);
+    if more > 0 {
+        outln!("  ... and {more} more");
+    }
 }
 
 fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {

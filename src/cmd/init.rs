@@ -238,6 +238,16 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
     for l in &proposal.summary {
         crate::noteln!("roger: init: {l}");
     }
+    // What was not read, line by line (file, line, key and value): never dropped in silence.
+    for g in read.garbage.iter().take(GARBAGE_SHOWN) {
+        crate::warnln!("init: not read: {g}");
+    }
+    let more = read
+        .garbage_total
+        .saturating_sub(read.garbage.len().min(GARBAGE_SHOWN) as u64);
+    if more > 0 {
+        crate::warnln!("init: ... and {more} more line(s) not read");
+    }
     if to_stdout {
         outln!("{}", proposal.text.trim_end());
     } else {
@@ -635,6 +645,9 @@ fn short(hash: &str) -> &str {
 
 /// `--pattern` values as `[metrics] patterns`, each checked here so the error names the
 /// flag: a valid regex with a `step` group.
+/// Unreadable lines `init` lists one by one; beyond this it counts them.
+const GARBAGE_SHOWN: usize = 5;
+
 fn user_patterns(raw: &[String]) -> Result<Vec<crate::config::TextPattern>> {
     raw.iter()
         .enumerate()

@@ -50,18 +50,30 @@ pub fn loss(obs: &Observation) -> Option<CheckResult> {
     };
     if !last.is_finite() {
         let (n, first) = onset_run(&series, |v| !v.is_finite(), obs.onsets.nonfinite);
+        let first = first.unwrap_or(last_step);
+        // The divergence began at the first sample of the bad run that ends in this NaN:
+        // finite losses out of the band just before it are that run's start (issue 36, 7a).
+        let band = obs.phase.as_ref().and_then(|p| p.loss);
+        let onset = band
+            .and_then(|[lo, hi]| {
+                let out = |v: f64| !(lo..=hi).contains(&v);
+                onset_run(&series, out, obs.onsets.out_of_band).1
+            })
+            .filter(|s| *s < first);
+        let before = onset.map_or(String::new(), |s| {
+            format!("; out of the band since step {s}")
+        });
         return Some(
             CheckResult::new(
                 "loss",
                 Status::Fail,
                 format!(
-                    "loss is {last} at step {last_step} ({n} sample(s) in a row since step {})",
-                    first.unwrap_or(last_step)
+                    "loss is {last} at step {last_step} ({n} sample(s) in a row since step {first}{before})"
                 ),
             )
             .observed(json!({"step": last_step, "loss": num(last)}))
             .expected(json!("finite"))
-            .diverged_at(first),
+            .diverged_at(Some(onset.unwrap_or(first))),
         );
     }
     if last == 0.0 {
@@ -208,6 +220,36 @@ pub(crate) mod tests {
         });
         // A collapse to 0 is no divergence: its onset is `began_at`.
         assert_eq!(loss(&o).unwrap().began_at, Some(90));
+    }
+
+    /// Issue 36 defect 7a: finite losses above the band, then NaN. The divergence began at
+    /// the first out-of-band sample, not at the first NaN: a rollback to just before the NaN
+    /// would restore a checkpoint already diverging.
+    #[test]
+    fn a_nan_after_out_of_band_losses_is_dated_at_the_first_bad_sample() {
+        let r = loss(&losses(&[3.0, 3.0, 7.0, 9.0, 20.0, f64::NAN, f64::NAN])).unwrap();
+        assert_eq!(
+            (r.status, r.diverged_at),
+            (Status::Fail, Some(120)),
+            "{}",
+            r.reason
+        );
+        assert!(r.reason.contains("since step 150"), "{}", r.reason);
+        assert!(
+            r.reason.contains("out of the band since step 120"),
+            "{}",
+            r.reason
+        );
+        // A NaN straight after in-band losses: dated at the NaN, as before.
+        let r = loss(&losses(&[3.0, 3.0, 3.1, f64::NAN])).unwrap();
+        assert_eq!(r.diverged_at, Some(130), "{}", r.reason);
+        // The window full of bad samples: the history's out-of-band record reaches back.
+        let mut o = losses(&[8.0, 9.0, f64::NAN, f64::NAN]);
+        o.onsets.out_of_band = Some(Run {
+            since: 60,
+            samples: 8,
+        });
+        assert_eq!(loss(&o).unwrap().diverged_at, Some(60));
     }
 
     #[test]

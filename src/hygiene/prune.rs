@@ -12,7 +12,7 @@ use crate::config::{Config, PublishConfig};
 use crate::ledger::{Entry, Kind, Ledger, Record};
 pub use crate::publish::retention::Protected;
 use crate::publish::retention::{self, Guard, PruneCandidate};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -38,9 +38,8 @@ pub fn guard(cfg: &Config, dir: &Path, abs_dir: &Path) -> Result<Guard> {
     Ok(Guard {
         latest: crate::publish::manifest::read(dir)?.map(|l| l.target(abs_dir)),
         rollback_margin: cfg.watch.rollback_margin_steps,
-        bucket: crate::config::remote::Remote::of_config(cfg)
-            .context("reading [publish] remote")?
-            .map(|r| r.target.url()),
+        // Parsed as the config was read: no error left to meet here.
+        bucket: crate::config::remote::Remote::of_config(cfg).map(|r| r.target.url()),
     })
 }
 

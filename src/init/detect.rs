@@ -238,7 +238,9 @@ fn jsonl(_: &str, head: &[u8]) -> Option<Detected> {
     let (mut objects, mut seen) = (0, 0);
     for line in lines(head).take(500) {
         seen += 1;
-        match serde_json::from_str::<serde_json::Value>(line) {
+        // Python's bare NaN / Infinity (json.dumps writes them) quoted, as the reader does.
+        let line = crate::metrics::hf_state::quote_python_tokens(line.as_bytes());
+        match serde_json::from_slice::<serde_json::Value>(&line) {
             Ok(serde_json::Value::Object(map)) => {
                 objects += 1;
                 collect_keys("", &map, &mut keys);
@@ -611,7 +613,9 @@ fn text(_: &str, head: &[u8]) -> Option<Detected> {
         .map(|l| String::from_utf8_lossy(&crate::metrics::clean_line(l)).into_owned())
         .collect();
     let hits = |shape: &Shape| {
-        let rx = regex::Regex::new(shape.regex).expect("built-in pattern");
+        // As the reader takes it: a head already NaN is still this shape's.
+        let rx = regex::Regex::new(&crate::metrics::text::widened(shape.regex))
+            .expect("built-in pattern");
         cleaned.iter().filter(|l| rx.is_match(l)).count() as u64
     };
     let mut found: Vec<(&Shape, u64)> = TEXT_SHAPES

@@ -96,6 +96,30 @@ fn ended_on_floor(
     })
 }
 
+/// What the log holds that is not finite (NaN, ±inf), per metric with its first step: a run
+/// that diverged, said before any band is proposed from it (bands take finite values only).
+fn non_finite_words(samples: &[Sample]) -> Option<String> {
+    let mut seen: std::collections::BTreeMap<&str, (usize, u64)> = Default::default();
+    for s in samples {
+        for (k, v) in &s.values {
+            if !v.is_finite() {
+                seen.entry(k.as_str()).or_insert((0, s.step)).0 += 1;
+            }
+        }
+    }
+    if seen.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = seen
+        .iter()
+        .map(|(k, (n, first))| format!("{k} {n} time(s), first at step {first}"))
+        .collect();
+    Some(format!(
+        "non-finite values (NaN/inf) read as samples: {}; bands are proposed from the finite ones",
+        each.join("; ")
+    ))
+}
+
 pub fn infer(input: &Input) -> Proposal {
     let lr: Vec<(u64, f64)> = input
         .samples
@@ -133,6 +157,9 @@ pub fn infer(input: &Input) -> Proposal {
             String::new()
         }
     ));
+    if let Some(nf) = non_finite_words(input.samples) {
+        summary.push(nf);
+    }
     let last = input.samples.last().map_or(0, |s| s.step);
     let unit = input.mapping.metrics.unit.word();
     let source = if input.mapping.metrics.planned_total.is_some() {

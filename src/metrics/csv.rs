@@ -11,6 +11,8 @@ pub struct CsvParser {
     step_key: String,
     /// Per column: the targets it feeds; None until the header has been read.
     columns: Option<Vec<Vec<Target>>>,
+    /// The header's column names, for the report of a cell that is not a number.
+    names: Vec<String>,
     cells: Vec<(usize, usize)>,
     unquoted: Vec<u8>,
 }
@@ -21,6 +23,7 @@ impl CsvParser {
             keys: Keys::new(m),
             step_key: m.step.clone(),
             columns: None,
+            names: Vec::new(),
             cells: Vec::new(),
             unquoted: Vec::new(),
         }
@@ -74,9 +77,11 @@ impl LineParser for CsvParser {
         split(&line, &mut self.cells);
         let Some(columns) = &self.columns else {
             let mut cols = Vec::with_capacity(self.cells.len());
+            self.names.clear();
             for &(s, e) in &self.cells {
                 let name = unquote(&line[s..e], &mut self.unquoted);
                 cols.push(self.keys.lookup(name).collect());
+                self.names.push(String::from_utf8_lossy(name).into_owned());
             }
             let has_step = cols.iter().any(|c: &Vec<Target>| c.contains(&Target::Step));
             self.columns = Some(cols);
@@ -96,7 +101,7 @@ impl LineParser for CsvParser {
             ));
         }
         let mut fields = Fields::default();
-        for (&(s, e), targets) in self.cells.iter().zip(columns) {
+        for (col, (&(s, e), targets)) in self.cells.iter().zip(columns).enumerate() {
             if targets.is_empty() {
                 continue;
             }
@@ -109,7 +114,8 @@ impl LineParser for CsvParser {
                     Some(v) => fields.set(t, v),
                     None if fields.bad.is_none() => {
                         fields.bad = Some(format!(
-                            "cell {:?} is not a number",
+                            "column `{}` is {:?}, expected a number",
+                            self.names.get(col).map_or("?", String::as_str),
                             String::from_utf8_lossy(cell)
                         ))
                     }

@@ -153,8 +153,11 @@ pub fn pairs(line: &str) -> Line {
         }
         after_value = false;
         if matches!(tok, "|" | "-" | "||" | "--" | "::" | "," | "/") {
+            // `name: -`: the value a separator promised is missing; said, not dropped.
+            if let Some(name) = waiting.take() {
+                emit(name, Value::Bad(tok.to_string()), &mut out);
+            }
             words.clear();
-            waiting = None;
             continue;
         }
         if tok == ":" || tok == "=" {
@@ -183,8 +186,9 @@ pub fn pairs(line: &str) -> Line {
             Some(b) => (b, true),
             None => (tok, false),
         };
-        let name = waiting
-            .take()
+        let explicit = waiting.take();
+        let name = explicit
+            .clone()
             .or_else(|| (!words.is_empty()).then(|| words.join(" ")));
         if let Some(name) = name.clone() {
             if let Some(val) = ratio(&name, body, &mut out).or_else(|| value_of(body)) {
@@ -193,6 +197,12 @@ pub fn pairs(line: &str) -> Line {
                 after_value = true;
                 continue;
             }
+        }
+        // `name: word` or `name=word`: the value a separator promised is no number. Said as
+        // such (the parser reports it where `[metrics]` maps the name), then read on as words.
+        // (A token that ends in its own colon is the next name, not a value.)
+        if let Some(name) = explicit.filter(|_| !colon) {
+            emit(name, Value::Bad(body.to_string()), &mut out);
         }
         // k:v in one token (`s:100`, `trl:2.31`).
         if !colon {

@@ -5,6 +5,7 @@
 pub mod csv;
 pub mod derive;
 mod fields;
+pub mod framed;
 pub mod hf_state;
 pub mod jsonl;
 pub mod kv;

@@ -2,8 +2,16 @@
 //! `Infinity`, RFC 3339 times; ANSI colour codes and `\r` progress-bar fragments dropped.
 //! The decimal fast path does most numbers without `str::parse` (see bench_critic).
 
-/// A number as trainers write it: plain, in a string (`"0.000e+00"`), or Python's `NaN`,
-/// `Infinity`, `-Infinity` (also `nan`, `inf`).
+/// The regex of a non-finite value as trainers print it, any case, with a sign: `nan`, `NaN`,
+/// `-nan` (C's printf), `inf`, `-inf`, `Infinity`, `-Infinity` (Python's json), `+inf`.
+/// Everything it matches, [`parse_num`] reads as a non-finite number (a unit test holds the
+/// two together): text patterns take it beside their own number regex, so that a line
+/// printing `loss nan` is a sample, not a line that no longer matches.
+pub const NON_FINITE_RE: &str = r"(?i:[-+]?(?:nan|inf(?:inity)?))\b";
+
+/// A number as trainers write it: plain, in a string (`"0.000e+00"`), or non-finite in any
+/// spelling [`NON_FINITE_RE`] matches (Python's `NaN`, `Infinity`, `-Infinity`; C's `nan`,
+/// `-nan`, `inf`). The one function that decides what a number is, for every reader.
 pub fn parse_num(b: &[u8]) -> Option<f64> {
     let b = b.trim_ascii();
     let b = b
@@ -14,13 +22,31 @@ pub fn parse_num(b: &[u8]) -> Option<f64> {
     if let Some(v) = fast_decimal(b) {
         return Some(v);
     }
-    match b {
-        b"NaN" | b"nan" | b"-NaN" | b"-nan" => return Some(f64::NAN),
-        b"Infinity" | b"inf" | b"+inf" | b"+Infinity" => return Some(f64::INFINITY),
-        b"-Infinity" | b"-inf" => return Some(f64::NEG_INFINITY),
-        _ => {}
+    if let Some(v) = non_finite(b) {
+        return Some(v);
     }
     std::str::from_utf8(b).ok()?.parse::<f64>().ok()
+}
+
+/// `nan`, `inf`, `infinity` in any case, with an optional sign (what [`NON_FINITE_RE`]
+/// matches); a sign on a NaN is dropped (a NaN is a NaN).
+fn non_finite(b: &[u8]) -> Option<f64> {
+    let (neg, word) = match b.first()? {
+        b'-' => (true, &b[1..]),
+        b'+' => (false, &b[1..]),
+        _ => (false, b),
+    };
+    if word.eq_ignore_ascii_case(b"nan") {
+        Some(f64::NAN)
+    } else if word.eq_ignore_ascii_case(b"inf") || word.eq_ignore_ascii_case(b"infinity") {
+        Some(if neg {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        })
+    } else {
+        None
+    }
 }
 
 /// Exact powers of ten (all representable in an f64).
@@ -319,6 +345,50 @@ mod tests {
         assert_eq!(parse_num(b"."), None);
         assert_eq!(parse_num(b"1e"), None);
         assert_eq!(parse_num(b"-"), None);
+    }
+
+    /// Every spelling of a non-finite value is one, and the regex that text patterns take
+    /// for it matches exactly the spellings the parser reads.
+    #[test]
+    fn non_finite_in_every_spelling() {
+        let re = regex::Regex::new(&format!("^(?:{NON_FINITE_RE})$")).unwrap();
+        for t in [
+            "nan",
+            "NaN",
+            "NAN",
+            "-nan",
+            "+nan",
+            "-NaN",
+            "\"nan\"",
+            "inf",
+            "-inf",
+            "+inf",
+            "Inf",
+            "-Inf",
+            "INF",
+            "Infinity",
+            "-Infinity",
+            "+Infinity",
+            "infinity",
+            "\"-Infinity\"",
+        ] {
+            let v = parse_num(t.as_bytes()).unwrap_or_else(|| panic!("{t} is not read"));
+            assert!(!v.is_finite(), "{t} -> {v}");
+            assert!(v.is_nan() || (v < 0.0) == t.contains('-'), "{t} -> {v}");
+            assert_eq!(
+                v.is_nan(),
+                t.to_ascii_lowercase().contains("nan"),
+                "{t} -> {v}"
+            );
+            let bare = t.trim_matches('"');
+            assert!(re.is_match(bare), "the regex misses {bare}");
+        }
+        for t in [
+            "nanx", "infinite", "in", "na", "-", "--nan", "nan nan", "1nan",
+        ] {
+            assert_eq!(parse_num(t.as_bytes()).map(f64::to_bits), None, "{t}");
+            assert!(!re.is_match(t), "the regex takes {t}");
+        }
     }
 
     #[test]

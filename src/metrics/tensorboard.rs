@@ -6,22 +6,20 @@
 //! time the newest `wall_time`, its values the tags `[metrics]` maps (`train/loss`, ...).
 
 use super::fields::{Fields, Keys, Target};
+use super::framed::{self, Cursor, HEAD};
 use super::tail::Poll;
 use super::tb_event;
 use super::tfrecord::{self, Item};
 use super::{Batch, Garbage, Parsed, Record};
 use crate::metrics::mapping::MetricsConfig;
 use anyhow::{Context, Result};
-use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Event files start with this; the writers add the start time, host, pid and a suffix.
 pub const PREFIX: &str = "events.out.tfevents.";
 /// Read size for a large file.
 const CHUNK: usize = 8 << 20;
-/// Bytes at the start of a file remembered to notice it rewritten in place.
-const HEAD: usize = 64;
 
 /// The event files of a directory, oldest first (start time in the name, then the name).
 pub fn event_files(dir: &Path) -> Vec<PathBuf> {
@@ -48,29 +46,7 @@ pub fn event_files(dir: &Path) -> Vec<PathBuf> {
 
 /// Where an [`EventLog`] stands between reads, for a later process (the critic's summary
 /// cache) to go on from: the file it was in, how far, and bytes to notice it rewritten.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct EventsPlace {
-    path: PathBuf,
-    dev: u64,
-    ino: u64,
-    offset: u64,
-    records: u64,
-    #[serde(with = "serde_bytes")]
-    head: Vec<u8>,
-    /// The bytes just before `offset` (a record's CRC among them).
-    #[serde(with = "serde_bytes")]
-    before: Vec<u8>,
-}
-
-struct OpenFile {
-    path: PathBuf,
-    file: File,
-    id: (u64, u64),
-    offset: u64,
-    /// Records passed so far (good or damaged), for numbering what is reported.
-    records: u64,
-    head: Vec<u8>,
-}
+pub type EventsPlace = framed::Place;
 
 /// One step's scalars, collected until an event of another step arrives.
 #[derive(Default)]
@@ -84,7 +60,7 @@ pub struct EventLog {
     root: PathBuf,
     keys: Keys,
     step_key: String,
-    open: Option<OpenFile>,
+    open: Option<Cursor>,
     group: Group,
 }
 
@@ -127,8 +103,7 @@ impl EventLog {
                 }
             } else if let Some(meta) = meta {
                 let open = self.open.as_mut().expect("checked");
-                let mut head = vec![0u8; open.head.len()];
-                let changed = open.file.read_exact_at(&mut head, 0).is_err() || head != open.head;
+                let changed = !open.head_holds();
                 if meta.len() < open.offset || changed {
                     poll.restarted = Some(if meta.len() < open.offset {
                         format!("truncated ({})", open.path.display())
@@ -170,49 +145,18 @@ impl EventLog {
     /// Where this log's read stands (after a [`EventLog::poll`], which hands on every step it
     /// read); `None` before a file was opened.
     pub fn place(&self) -> Option<EventsPlace> {
-        let open = self.open.as_ref()?;
-        let before = crate::metrics::bytes_before(&open.file, open.offset, HEAD)?;
-        Some(EventsPlace {
-            path: open.path.clone(),
-            dev: open.id.0,
-            ino: open.id.1,
-            offset: open.offset,
-            records: open.records,
-            head: open.head.clone(),
-            before,
-        })
+        self.open.as_ref()?.place()
     }
 
     /// Go on where `p` stood, or say why not (another file, shorter, rewritten).
     pub fn resume(&mut self, p: &EventsPlace) -> Result<(), String> {
-        let file =
-            crate::metrics::reopen_at(&p.path, (p.dev, p.ino), p.offset, &p.head, &p.before)?;
-        self.open = Some(OpenFile {
-            path: p.path.clone(),
-            file,
-            id: (p.dev, p.ino),
-            offset: p.offset,
-            records: p.records,
-            head: p.head.clone(),
-        });
+        self.open = Some(Cursor::resume(p)?);
         self.group = Group::default();
         Ok(())
     }
 
     fn start(&mut self, path: &Path) -> Result<()> {
-        let file =
-            File::open(path).with_context(|| format!("opening event file {}", path.display()))?;
-        let meta = file
-            .metadata()
-            .with_context(|| format!("stat event file {}", path.display()))?;
-        self.open = Some(OpenFile {
-            path: path.to_path_buf(),
-            file,
-            id: (meta.dev(), meta.ino()),
-            offset: 0,
-            records: 0,
-            head: Vec::new(),
-        });
+        self.open = Some(Cursor::open(path, "event file")?);
         self.group = Group::default();
         Ok(())
     }
@@ -222,13 +166,11 @@ impl EventLog {
         let Some(open) = self.open.as_mut() else {
             return Ok(());
         };
-        let pending = open
-            .file
-            .metadata()
-            .map_or(0, |m| m.len().saturating_sub(open.offset)) as usize;
+        let pending = open.pending() as usize;
         let mut buf = vec![0u8; pending.clamp(64 << 10, CHUNK)];
         loop {
-            let n = read_full(&open.file, &mut buf, open.offset)
+            let n = open
+                .read_full(&mut buf, open.offset)
                 .with_context(|| format!("reading event file {}", open.path.display()))?;
             if n == 0 {
                 break;
@@ -289,20 +231,8 @@ impl EventLog {
     }
 }
 
-fn open_path(open: &Option<OpenFile>) -> PathBuf {
+fn open_path(open: &Option<Cursor>) -> PathBuf {
     open.as_ref().map(|o| o.path.clone()).unwrap_or_default()
-}
-
-/// `read_at` until `buf` is full or the file ends.
-fn read_full(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64)? {
-            0 => break,
-            n => got += n,
-        }
-    }
-    Ok(got)
 }
 
 fn add_event(

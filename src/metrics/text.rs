@@ -14,10 +14,16 @@
 //! - `finished` (torchtitan's `Training completed`, Megatron's `[after training is done]`,
 //!   fairseq's `done training in`): the trainer says the run ended, at its last step.
 //!
+//! Every group that feeds a metric also takes a non-finite value ([`NON_FINITE_RE`]): a
+//! pattern written for numbers (`loss (?P<loss>[0-9.eE+-]+)`, as the built-in shapes and most
+//! hand-written patterns are) would otherwise stop matching the first `loss nan` line, and a
+//! diverged run would read as a quiet one. The number parser then decides the value.
+//!
 //! Both come out as marker records ([`crate::metrics::derive::MARK`]) that the in-order pass of
 //! [`crate::metrics::derive::Derive`] turns into what follows from them: a line parser alone
 //! cannot, as a big read parses its parts on several threads.
 
+use super::num::NON_FINITE_RE;
 use super::{Fields, Keys, LineParser, Parsed, Record, Target, SLOTS, TOTAL_SLOT};
 use crate::metrics::mapping::MetricsConfig;
 use anyhow::{bail, Context, Result};
@@ -26,11 +32,15 @@ use regex::bytes::Regex;
 #[derive(Clone)]
 pub struct TextParser {
     keys: Keys,
-    /// Regex, what each group feeds, and which group (if any) counts NaN steps.
-    patterns: Vec<(Regex, Vec<Option<Target>>, Option<usize>)>,
+    /// Regex, what each group feeds (and its name, for a value that is not a number), and
+    /// which group (if any) counts NaN steps.
+    patterns: Vec<Pattern>,
     /// Patterns without a step: the run's declared total, or its end (see the module doc).
     declarations: Vec<(Regex, Declares)>,
 }
+
+/// A sample pattern: regex, what each group feeds, each group's name, the NaN-count group.
+type Pattern = (Regex, Vec<Option<Target>>, Vec<String>, Option<usize>);
 
 /// What a pattern without a `step` group declares.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -75,6 +85,91 @@ fn without_thousands(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     std::borrow::Cow::Owned(raw.iter().copied().filter(|b| *b != b',').collect())
 }
 
+/// `src` with every capture group that `widen(g)` (1-based, in order of their opening
+/// parenthesis) picks also taking a non-finite value: its inside `X` becomes
+/// `(?:NON_FINITE\b|X)`. Groups, escapes and (nested) character classes are scanned as the
+/// regex crate reads them; the group numbering does not change.
+pub fn with_non_finite(src: &str, widen: impl Fn(usize) -> bool) -> String {
+    let b = src.as_bytes();
+    let (mut opens, mut spans) = (Vec::new(), Vec::new());
+    let (mut g, mut class, mut i) = (0, 0usize, 0);
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 1,
+            b'[' => {
+                class += 1;
+                // `[]...]`, `[^]...]`: a `]` right after the opening is a literal.
+                if b.get(i + 1) == Some(&b'^') {
+                    i += 1;
+                }
+                if b.get(i + 1) == Some(&b']') {
+                    i += 1;
+                }
+            }
+            b']' if class > 0 => class -= 1,
+            _ if class > 0 => {}
+            b'(' => {
+                let rest = &src[i + 1..];
+                let named = rest.starts_with("?P<")
+                    || (rest.starts_with("?<")
+                        && !rest.starts_with("?<=")
+                        && !rest.starts_with("?<!"));
+                let inner = if named {
+                    rest.find('>').map(|k| i + 1 + k + 1)
+                } else if rest.starts_with('?') {
+                    None
+                } else {
+                    Some(i + 1)
+                };
+                opens.push(inner.map(|at| {
+                    g += 1;
+                    (g, at)
+                }));
+            }
+            b')' => {
+                if let Some(Some((g, at))) = opens.pop() {
+                    if widen(g) {
+                        spans.push((at, i));
+                    }
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut inserts: Vec<(usize, String)> = Vec::new();
+    for (at, end) in spans {
+        inserts.push((at, format!("(?:{NON_FINITE_RE}|")));
+        inserts.push((end, ")".to_string()));
+    }
+    inserts.sort_by_key(|(at, _)| *at);
+    let mut out = String::with_capacity(src.len() + inserts.len() * 16);
+    let mut from = 0;
+    for (at, text) in inserts {
+        out.push_str(&src[from..at]);
+        out.push_str(&text);
+        from = at;
+    }
+    out.push_str(&src[from..]);
+    out
+}
+
+/// `regex` with its named metric groups taking a non-finite value as [`TextParser`] reads
+/// them: for a detector that must recognise a log whose head is already NaN.
+pub fn widened(regex: &str) -> String {
+    let Ok(re) = Regex::new(regex) else {
+        return regex.to_string();
+    };
+    let names: Vec<Option<&str>> = re.capture_names().skip(1).collect();
+    with_non_finite(regex, |g| {
+        names
+            .get(g - 1)
+            .copied()
+            .flatten()
+            .is_some_and(|n| matches!(target_of(n), Some(Target::Metric(i)) if i != TOTAL_SLOT))
+    })
+}
+
 impl TextParser {
     pub fn new(m: &MetricsConfig) -> Result<TextParser> {
         if m.patterns.is_empty() {
@@ -86,6 +181,7 @@ impl TextParser {
             let re = Regex::new(&p.regex)
                 .with_context(|| format!("[metrics] patterns #{}: bad regex", i + 1))?;
             let mut targets = Vec::new();
+            let mut names = Vec::new();
             let mut nan_group = None;
             let mut unnamed = p.fields.iter();
             for (g, name) in re.capture_names().enumerate().skip(1) {
@@ -104,6 +200,7 @@ impl TextParser {
                         nan_group = Some(targets.len());
                     }
                     targets.push(None);
+                    names.push(name.to_string());
                     continue;
                 }
                 let t = target_of(name);
@@ -115,6 +212,7 @@ impl TextParser {
                     );
                 }
                 targets.push(t);
+                names.push(name.to_string());
             }
             if unnamed.next().is_some() {
                 bail!(
@@ -142,7 +240,11 @@ impl TextParser {
                 }
                 continue;
             }
-            patterns.push((re, targets, nan_group));
+            // Metric groups take a non-finite value too (module doc); the step, times and
+            // counts do not. A pattern the widening cannot keep valid is used as written.
+            let takes_values = |g: usize| matches!(targets.get(g - 1), Some(Some(Target::Metric(i))) if *i != TOTAL_SLOT);
+            let re = Regex::new(&with_non_finite(&p.regex, takes_values)).unwrap_or(re);
+            patterns.push((re, targets, names, nan_group));
         }
         if patterns.is_empty() {
             bail!("[metrics] patterns: none has a `step` group: expected at least one pattern for the lines that carry a step");
@@ -158,7 +260,7 @@ impl TextParser {
 impl LineParser for TextParser {
     fn parse(&mut self, line: &[u8]) -> Parsed {
         let line = super::clean_line(line);
-        for (re, targets, nan_group) in &self.patterns {
+        for (re, targets, names, nan_group) in &self.patterns {
             let Some(caps) = re.captures(&line) else {
                 continue;
             };
@@ -171,7 +273,8 @@ impl LineParser for TextParser {
                     Some(v) => fields.set(*t, v),
                     None if fields.bad.is_none() => {
                         fields.bad = Some(format!(
-                            "matched a pattern but {:?} is not a number",
+                            "matched a pattern but `{}` is {:?}, expected a number",
+                            names[g],
                             String::from_utf8_lossy(m.as_bytes())
                         ))
                     }
@@ -257,6 +360,68 @@ mod tests {
         };
         assert!(s.get("loss").unwrap().is_nan());
         assert_eq!(p.parse(b"Saving checkpoint"), Parsed::Skip);
+    }
+
+    /// A pattern written for numbers reads a non-finite value in every metric group, in
+    /// every spelling; the step does not take one, and the group numbering holds.
+    #[test]
+    fn number_patterns_take_non_finite_values() {
+        let m = cfg(&[
+            (
+                r"iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+), lr ([\d.e-]+)",
+                &["lr"],
+            ),
+            (
+                r"s:(\d+) trl:([0-9.]+) gn:(?<grad_norm>[[:digit:].]+)",
+                &["step", "loss"],
+            ),
+        ]);
+        let mut p = TextParser::new(&m).unwrap();
+        for (line, loss, lr) in [
+            (&b"iter 425: loss nan, lr 1e-4"[..], f64::NAN, Some(1e-4)),
+            (b"iter 426: loss -inf, lr NaN", f64::NEG_INFINITY, None),
+            (
+                b"iter 427: loss Infinity, lr 2e-4",
+                f64::INFINITY,
+                Some(2e-4),
+            ),
+            (b"iter 428: loss 2.5, lr 2e-4", 2.5, Some(2e-4)),
+        ] {
+            let Parsed::Sample(s) = p.parse(line) else {
+                panic!("{}", String::from_utf8_lossy(line))
+            };
+            let got = s.get("loss").unwrap();
+            assert!(got.to_bits() == loss.to_bits() || (got.is_nan() && loss.is_nan()));
+            match lr {
+                Some(lr) => assert_eq!(s.get("lr"), Some(lr)),
+                None => assert!(s.get("lr").unwrap().is_nan()),
+            }
+        }
+        let Parsed::Sample(s) = p.parse(b"s:7 trl:-nan gn:inf") else {
+            panic!()
+        };
+        assert_eq!(s.step, 7);
+        assert!(s.get("loss").unwrap().is_nan());
+        assert_eq!(s.get("grad_norm"), Some(f64::INFINITY));
+        // A step is never non-finite; `nanx` is no value.
+        assert_eq!(p.parse(b"iter nan: loss 2.5, lr 1e-4"), Parsed::Skip);
+        assert_eq!(p.parse(b"iter 5: loss nanx, lr 1e-4"), Parsed::Skip);
+    }
+
+    #[test]
+    fn widening_keeps_classes_escapes_and_group_numbers() {
+        let w = |s: &str| with_non_finite(s, |g| g == 2);
+        let nf = format!("(?:{NON_FINITE_RE}|");
+        assert_eq!(w(r"(\d+) (x)"), format!(r"(\d+) ({nf}x))"));
+        assert_eq!(
+            w(r"(?:a)(\()[(]([]a)])"),
+            format!(r"(?:a)(\()[(]({nf}[]a)]))")
+        );
+        assert_eq!(
+            w(r"(?P<a>\d)(?<b>[^]()])"),
+            format!(r"(?P<a>\d)(?<b>{nf}[^]()]))")
+        );
+        assert_eq!(w(r"(?i)(a)((b)c)"), format!(r"(?i)(a)({nf}(b)c))"));
     }
 
     #[test]

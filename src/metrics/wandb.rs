@@ -25,13 +25,14 @@
 //! is read as logged: the critic drops the steps the resume abandoned.
 
 use super::fields::{Fields, Keys, Target};
+use super::framed::{self, Cursor, HEAD};
 use super::tail::Poll;
 use super::{Batch, Garbage, Parsed};
 use crate::metrics::mapping::MetricsConfig;
 use anyhow::{bail, Context, Result};
 use prost::Message;
 use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The datastore's file header: ident `:W&B`, magic 0xBEE1 (little-endian), version 0.
@@ -44,8 +45,6 @@ const MIDDLE: u8 = 3;
 const LAST: u8 = 4;
 /// Read size for a large file.
 const READ: usize = 8 << 20;
-/// Bytes at the start of a file remembered to notice it rewritten in place.
-const HEAD: usize = 64;
 
 /// The CRC-32 (IEEE, reflected, polynomial 0xEDB88320) byte table.
 const TABLE: [u32; 256] = {
@@ -505,38 +504,25 @@ pub fn head_keys(head: &[u8]) -> Option<(Vec<String>, usize)> {
 /// cache) to go on from: the file it was in, how far, and the step continuation.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WandbPlace {
-    path: PathBuf,
-    dev: u64,
-    ino: u64,
-    offset: u64,
-    records: u64,
+    /// The datastore, how far it was read, and the bytes that notice it rewritten.
+    file: framed::Place,
     rows: u64,
     run_id: Option<String>,
     shift: u64,
     last_step: Option<u64>,
     start_shift: u64,
     start_last_step: Option<u64>,
-    #[serde(with = "serde_bytes")]
-    head: Vec<u8>,
-    /// The bytes just before `offset`.
-    #[serde(with = "serde_bytes")]
-    before: Vec<u8>,
 }
 
 struct OpenFile {
-    path: PathBuf,
-    file: File,
-    id: (u64, u64),
-    /// Where the next read starts: after the header and the last whole record, or where the
-    /// block after a damaged one will start (past the end of the file until it is written).
-    offset: u64,
+    /// The datastore; its offset is where the next read starts: after the header and the
+    /// last whole record, or where the block after a damaged one will start (past the end of
+    /// the file until it is written).
+    cur: Cursor,
     /// How far the file was read: shorter than this, it was truncated.
     end: u64,
-    /// Records passed so far (good or damaged), for numbering what is reported.
-    records: u64,
     /// History rows read from this file.
     rows: u64,
-    head: Vec<u8>,
     /// The continuation when this file was started (to start it over).
     start_shift: u64,
     start_last_step: Option<u64>,
@@ -590,13 +576,10 @@ impl WandbRun {
             self.run_id = run.id.clone();
         }
         if let Some(open) = &self.open {
-            let meta = std::fs::metadata(&open.path).ok();
+            let meta = std::fs::metadata(&open.cur.path).ok();
             let id = meta.as_ref().map(|m| (m.dev(), m.ino()));
-            let changed = || {
-                let mut head = vec![0u8; open.head.len()];
-                open.file.read_exact_at(&mut head, 0).is_err() || head != open.head
-            };
-            if id.is_some() && id != Some(open.id) {
+            let changed = || !open.cur.head_holds();
+            if id.is_some() && id != Some(open.cur.id) {
                 // Replaced: finish what the old handle holds, then read the new file whole.
                 self.drain(poll)?;
                 self.restart(poll, "replaced")?;
@@ -609,7 +592,7 @@ impl WandbRun {
                 self.drain(poll)?;
             }
         }
-        let current = self.open.as_ref().map(|o| o.path.clone());
+        let current = self.open.as_ref().map(|o| o.cur.path.clone());
         let newer: Vec<PathBuf> = match &current {
             Some(cur) => match run.files.iter().position(|f| f == cur) {
                 Some(i) => run.files[i + 1..].to_vec(),
@@ -631,47 +614,34 @@ impl WandbRun {
         let Some(open) = self.open.take() else {
             return Ok(());
         };
-        poll.restarted = Some(format!("{why} ({})", open.path.display()));
+        poll.restarted = Some(format!("{why} ({})", open.cur.path.display()));
         self.shift = open.start_shift;
         self.last_step = open.start_last_step;
-        self.start(&open.path)
+        self.start(&open.cur.path)
     }
 
     /// Where this run's read stands (after a [`WandbRun::poll`]); `None` before a file was
     /// opened.
     pub fn place(&self) -> Option<WandbPlace> {
         let open = self.open.as_ref()?;
-        let before = crate::metrics::bytes_before(&open.file, open.offset, HEAD)?;
         Some(WandbPlace {
-            path: open.path.clone(),
-            dev: open.id.0,
-            ino: open.id.1,
-            offset: open.offset,
-            records: open.records,
+            file: open.cur.place()?,
             rows: open.rows,
             run_id: self.run_id.clone(),
             shift: self.shift,
             last_step: self.last_step,
             start_shift: open.start_shift,
             start_last_step: open.start_last_step,
-            head: open.head.clone(),
-            before,
         })
     }
 
     /// Go on where `p` stood, or say why not (another file, shorter, rewritten).
     pub fn resume(&mut self, p: &WandbPlace) -> Result<(), String> {
-        let file =
-            crate::metrics::reopen_at(&p.path, (p.dev, p.ino), p.offset, &p.head, &p.before)?;
+        let cur = Cursor::resume(&p.file)?;
         self.open = Some(OpenFile {
-            path: p.path.clone(),
-            file,
-            id: (p.dev, p.ino),
-            offset: p.offset,
-            end: p.offset,
-            records: p.records,
+            end: cur.offset,
+            cur,
             rows: p.rows,
-            head: p.head.clone(),
             start_shift: p.start_shift,
             start_last_step: p.start_last_step,
         });
@@ -682,20 +652,10 @@ impl WandbRun {
     }
 
     fn start(&mut self, path: &Path) -> Result<()> {
-        let file = File::open(path)
-            .with_context(|| format!("opening W&B datastore {}", path.display()))?;
-        let meta = file
-            .metadata()
-            .with_context(|| format!("stat W&B datastore {}", path.display()))?;
         self.open = Some(OpenFile {
-            path: path.to_path_buf(),
-            file,
-            id: (meta.dev(), meta.ino()),
-            offset: 0,
+            cur: Cursor::open(path, "W&B datastore")?,
             end: 0,
-            records: 0,
             rows: 0,
-            head: Vec::new(),
             start_shift: self.shift,
             start_last_step: self.last_step,
         });
@@ -707,48 +667,56 @@ impl WandbRun {
         let Some(open) = self.open.as_mut() else {
             return Ok(());
         };
-        if open.offset == 0 {
+        if open.cur.offset == 0 {
             let mut head = [0u8; FILE_HEADER.len()];
-            let n = read_full(&open.file, &mut head, 0)
-                .with_context(|| format!("reading {}", open.path.display()))?;
+            let n = open
+                .cur
+                .read_full(&mut head, 0)
+                .with_context(|| format!("reading {}", open.cur.path.display()))?;
             if n < head.len() {
                 if head[..n] != FILE_HEADER[..n] {
-                    bail!("{}: {}", open.path.display(), not_a_datastore(&head[..n]));
+                    bail!(
+                        "{}: {}",
+                        open.cur.path.display(),
+                        not_a_datastore(&head[..n])
+                    );
                 }
                 return Ok(()); // just created: the header is on its way
             }
             if head != FILE_HEADER {
-                bail!("{}: {}", open.path.display(), not_a_datastore(&head));
+                bail!("{}: {}", open.cur.path.display(), not_a_datastore(&head));
             }
-            open.offset = FILE_HEADER.len() as u64;
-            open.end = open.end.max(open.offset);
+            open.cur.offset = FILE_HEADER.len() as u64;
+            open.end = open.end.max(open.cur.offset);
             poll.bytes_read += n as u64;
             poll.batch.bytes += n as u64;
         }
-        let len = open.file.metadata().map_or(0, |m| m.len());
+        let len = open.cur.file.metadata().map_or(0, |m| m.len());
         if len <= open.end {
             return Ok(()); // not grown since the last read: the unfinished record waits
         }
-        let pending = len.saturating_sub(open.offset) as usize;
+        let pending = len.saturating_sub(open.cur.offset) as usize;
         let mut buf = vec![0u8; pending.clamp(64 << 10, READ)];
         loop {
-            let from = open.offset;
-            let n = read_full(&open.file, &mut buf, from)
-                .with_context(|| format!("reading W&B datastore {}", open.path.display()))?;
+            let from = open.cur.offset;
+            let n = open
+                .cur
+                .read_full(&mut buf, from)
+                .with_context(|| format!("reading W&B datastore {}", open.cur.path.display()))?;
             if n == 0 {
                 break;
             }
             poll.bytes_read += n as u64;
             poll.batch.bytes += n as u64;
             open.end = open.end.max(from + n as u64);
-            if open.head.len() < HEAD {
+            if open.cur.head.len() < HEAD {
                 let mut head = vec![0u8; HEAD];
-                let got = read_full(&open.file, &mut head, 0).unwrap_or(0);
-                open.head = head[..got].to_vec();
+                let got = open.cur.read_full(&mut head, 0).unwrap_or(0);
+                open.cur.head = head[..got].to_vec();
             }
-            let (items, next) = scan(&buf[..n], open.offset);
+            let (items, next) = scan(&buf[..n], open.cur.offset);
             for item in items {
-                open.records += 1;
+                open.cur.records += 1;
                 match item {
                     Item::Record(at, payload) => match proto::Record::decode(payload.as_slice()) {
                         Ok(rec) => {
@@ -799,8 +767,8 @@ impl WandbRun {
                     ),
                 }
             }
-            let used = next - open.offset;
-            open.offset = next;
+            let used = next - open.cur.offset;
+            open.cur.offset = next;
             if n < buf.len() || from + n as u64 >= len {
                 break; // the end: what is left is a record still being written
             }
@@ -815,9 +783,9 @@ impl WandbRun {
 
 fn push(batch: &mut Batch, open: &OpenFile, at: u64, why: &str) {
     batch.push_garbage(Garbage {
-        file: open.path.clone(),
-        line: open.records,
-        why: format!("record {} at byte offset {at}: {why}", open.records),
+        file: open.cur.path.clone(),
+        line: open.cur.records,
+        why: format!("record {} at byte offset {at}: {why}", open.cur.records),
     });
 }
 
@@ -892,18 +860,6 @@ fn row(
         Parsed::Skip => None,
         Parsed::Garbage(why) => Some(why),
     }
-}
-
-/// `read_at` until `buf` is full or the file ends.
-fn read_full(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64)? {
-            0 => break,
-            n => got += n,
-        }
-    }
-    Ok(got)
 }
 
 #[cfg(test)]

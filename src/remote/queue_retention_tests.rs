@@ -63,7 +63,7 @@ fn bucket_retention_runs_the_shared_table() {
             id: "1".into(),
             run: "r".into(),
             ledger: ledger.path().to_path_buf(),
-            remote: cases::BUCKET.into(),
+            remote: remote.target.clone(),
             cfg: remote.cfg.clone(),
             path: dir.join(case.latest),
             name: case.latest.into(),

@@ -17,6 +17,7 @@ mod gen;
 mod ledger;
 mod logs;
 mod system;
+mod values;
 
 pub use gen::{Gen, MAX_LEN, NUMBERS, WEIRD};
 
