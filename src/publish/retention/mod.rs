@@ -9,7 +9,9 @@
 //! checkpoint before its onset (and before onset − `rollback_margin_steps`, where a rollback
 //! resumes), so a run that keeps publishing diverged weights cannot push the way back out;
 //! while a critic judges the run, the newest checkpoint it vouched for (see [`vouched`]), so the
-//! way back is still there when its fail arrives late; anything quarantined.
+//! way back is still there when its fail arrives late; the checkpoint at (or nearest before)
+//! the best eval that a standing overfitting verdict names (`critic::overfit::standing`);
+//! anything quarantined.
 
 use crate::checkpoints::{self, Checkpoint};
 use crate::config::PublishConfig;
@@ -173,6 +175,24 @@ fn protected(
         };
         if let Some(c) = chosen {
             keep(c.path.clone(), v.why());
+        }
+    }
+    // The best-eval checkpoint a standing overfitting verdict names (critic/overfit.rs).
+    if let Some(s) = crate::critic::overfit::standing(records, run) {
+        if let Some(c) = s.mark.checkpoint.as_ref() {
+            let path = PathBuf::from(&c.path);
+            if path.parent() == Some(dir) {
+                keep(
+                    path,
+                    format!(
+                        "the checkpoint {} the best eval (step {}, loss {}) named by a standing overfitting verdict (#{})",
+                        if c.relation == "at" { "at" } else { "nearest before" },
+                        s.mark.step,
+                        crate::critic::fmt(s.mark.eval_loss),
+                        s.seq
+                    ),
+                );
+            }
         }
     }
     let mut q: Vec<PathBuf> = checkpoints::quarantined(records).into_iter().collect();
