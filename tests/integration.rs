@@ -20,6 +20,7 @@ mod kubernetes_examples;
 mod layout;
 mod ledger;
 mod notify;
+mod overfit;
 mod powercut;
 mod probe;
 mod props;
