@@ -187,3 +187,73 @@ fn a_healthy_real_run_whose_eval_keeps_falling_passes() {
         "{eval}"
     );
 }
+
+/// `fetch --best` on a machine without the checkpoint: the ledger from the bucket, the marked
+/// step's verified copy downloaded (moto on loopback; skipped off CI without it).
+#[test]
+fn fetch_best_downloads_the_marked_checkpoint_from_the_bucket() {
+    use crate::remote::{bytes, config, publish, run, server, wait};
+    let Some(s) = server("fetch_best_downloads_the_marked_checkpoint") else {
+        return;
+    };
+    let env = Env::new();
+    config(&env, &s.endpoint(), "");
+    let line = |step: u64, k: &str, v: f64| format!("{{\"step\": {step}, \"{k}\": {v}}}\n");
+    let mut log = String::new();
+    for (step, train, eval) in [(10, 1.0, 0.50), (20, 0.5, 0.40), (30, 0.2, 0.46)] {
+        log.push_str(&line(step, "loss", train));
+        log.push_str(&line(step, "eval_loss", eval));
+    }
+    env.write("train.jsonl", &log);
+    publish(&env, 10, 3000).expect(0);
+    publish(&env, 20, 3000).expect(0);
+    wait(&env).expect(0);
+    let v = run(
+        &env,
+        &["--config", "roger.toml", "critic", "--once", "--json"],
+    )
+    .expect(1);
+    assert!(
+        v.stdout().contains("is at that step"),
+        "the warn names ckpt-20: {}",
+        v.report()
+    );
+    // Two more saves (keep_last = 2): the best one stays here, and the ledger is mirrored.
+    publish(&env, 30, 3000).expect(0);
+    publish(&env, 40, 3000).expect(0);
+    wait(&env).expect(0);
+    assert!(env.path("ck/ckpt-20.dat").exists(), "kept by the verdict");
+    // The first machine is gone: another one with the config only.
+    std::fs::remove_dir_all(env.path("ck")).unwrap();
+    let other = Env::new();
+    other.write("roger.toml", env.read("roger.toml"));
+    let r = run(
+        &other,
+        &[
+            "--config",
+            "roger.toml",
+            "fetch",
+            "--best",
+            "--to",
+            "restore",
+        ],
+    )
+    .expect(0);
+    r.stderr_has("no ledger here: rebuilt")
+        .stderr_has("not usable here")
+        .stdout_has("fetched ")
+        .stdout_has("the checkpoint at the best eval (step 20, loss 0.4)");
+    assert_eq!(
+        std::fs::read(other.path("restore/ckpt-20.dat")).unwrap(),
+        bytes(3000, 20)
+    );
+    // No standing verdict: exit 1 saying so.
+    let bare = Env::new();
+    bare.write(
+        "roger.toml",
+        "[run]\nname = \"r1\"\ncheckpoint_dir = \"ck\"\n",
+    );
+    run(&bare, &["--config", "roger.toml", "fetch", "--best"])
+        .expect(1)
+        .stderr_has("no standing overfitting verdict of run \"r1\"");
+}

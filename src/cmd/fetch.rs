@@ -41,8 +41,27 @@ pub fn run(global: &Global, args: FetchArgs) -> Result<u8> {
         before_step: None,
     };
     let mut best_words = String::new();
+    let remote = Remote::from(
+        args.remote.as_deref().or(cfg.publish.remote.as_deref()),
+        &cfg.remote,
+    )?;
+    let store = remote
+        .as_ref()
+        .map(crate::remote::store::open)
+        .transpose()?;
+    let ledger = Ledger::new(cfg.ledger_path());
+    if let (Some(store), Some(remote)) = (&store, &remote) {
+        if let Some(n) =
+            fetch::rebuild_ledger(store.as_ref(), remote, &ledger, &cfg.run.name, "fetch")?
+        {
+            eprintln!(
+                "roger: no ledger here: rebuilt {} from {} ({n} records)",
+                ledger.path().display(),
+                remote.target.object_url(&remote.target.ledger_key())
+            );
+        }
+    }
     if args.best {
-        let ledger = Ledger::new(cfg.ledger_path());
         let recs = ledger.records()?;
         let Some(s) = crate::critic::overfit::standing(&recs, &cfg.run.name) else {
             bail!(
@@ -108,32 +127,17 @@ pub fn run(global: &Global, args: FetchArgs) -> Result<u8> {
             }
         }
     }
-    let remote = Remote::from(
-        args.remote.as_deref().or(cfg.publish.remote.as_deref()),
-        &cfg.remote,
-    )?
-    .ok_or_else(|| {
-        anyhow!(
+    let (Some(remote), Some(store)) = (remote, store) else {
+        bail!(
             "{}: no bucket: set [publish] remote = \"s3://bucket/prefix/\" or pass --remote",
             cfg.path.display()
-        )
-    })?;
+        );
+    };
     let dest = match &args.to {
         Some(d) => d.clone(),
         None => cfg.checkpoint_dir()?,
     };
     let dest = std::path::absolute(&dest)?;
-    let store = crate::remote::store::open(&remote)?;
-    let ledger = Ledger::new(cfg.ledger_path());
-    if let Some(n) =
-        fetch::rebuild_ledger(store.as_ref(), &remote, &ledger, &cfg.run.name, "fetch")?
-    {
-        eprintln!(
-            "roger: no ledger here: rebuilt {} from {} ({n} records)",
-            ledger.path().display(),
-            remote.target.object_url(&remote.target.ledger_key())
-        );
-    }
     match fetch::restore(
         store.as_ref(),
         &remote,
