@@ -338,7 +338,7 @@ fn a_declared_check_with_too_little_data_says_so() {
     );
     env.write(
         "t.jsonl",
-        "{\"step\": 1, \"loss\": 5.0, \"eval_loss\": 5.1}\n{\"step\": 2, \"loss\": 4.9}\n{\"step\": 3, \"loss\": 4.8, \"eval_loss\": 5.0}\n",
+        "{\"step\": 1, \"loss\": 5.0, \"eval_loss\": 5.1}\n{\"step\": 2, \"loss\": 4.9}\n{\"step\": 3, \"loss\": 4.8}\n",
     );
     let run = env.run(&["critic", "--once", "--json"]).expect(0);
     let v: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap();
@@ -352,9 +352,10 @@ fn a_declared_check_with_too_little_data_says_so() {
         eval["reason"]
             .as_str()
             .unwrap()
-            .contains("2 eval(s) < eval_window 3"),
+            .contains("1 eval (loss 5.1 at step 1): overfitting shows from the second"),
         "{eval}"
     );
+    assert_eq!(eval["unjudged"], "waiting", "{eval}");
     assert!(!v["skipped"].as_array().unwrap().iter().any(|s| s == "eval"));
 }
 

@@ -92,22 +92,22 @@ duration = "30m"
 "#;
 
 #[test]
-fn real_hf_trainer_state_lr_passes_and_overfitting_warns() {
+fn real_hf_trainer_state_lr_passes_and_overfitting_fails() {
     let env = Env::new();
     env.write("roger.toml", WHISPER);
     env.write(
         "trainer_state.json",
         std::fs::read(fixture("hf_whisper_trainer_state.json")).unwrap(),
     );
-    let run = env.run(&["critic", "--once", "--json"]).expect(1);
+    let run = env.run(&["critic", "--once", "--json"]).expect(2);
     let v = json_out(&run);
-    assert_eq!(v["status"], "warn");
+    assert_eq!(v["status"], "fail");
     assert_eq!(check(&v, "lr")["status"], "pass", "{v:#}");
     let eval = check(&v, "eval");
-    assert_eq!(eval["status"], "warn");
+    assert_eq!(eval["status"], "fail");
     let reason = eval["reason"].as_str().unwrap();
     assert!(
-        reason.starts_with("overfitting: eval loss 0.3937 → 0.42"),
+        reason.starts_with("overfitting: eval loss 0.42 at step 5000 is 0.099 (+30.8%) above its best 0.321 at step 1000, 4 eval(s) in a row"),
         "{reason}"
     );
     assert!(reason.contains("while train loss fell"), "{reason}");

@@ -118,21 +118,23 @@ fn init_on_every_fixture_then_critic_passes_and_catches_a_doubled_lr() {
             assert!(!cfg.contains("\n[schedule]"), "{rel}: {cfg}");
             assert!(cfg.contains("# [schedule] not proposed:"), "{rel}: {cfg}");
         }
-        // The run it came from passes; the whisper run's evals really rose at its end
-        // (trainer_state's best checkpoint is step 3000), which init says and the critic warns.
+        // The run it came from passes; the whisper run overfits (eval loss best at step
+        // 1000, above it at the four evals after while the train loss falls), which init
+        // says and the critic's eval check fails on.
         let overfits = rel.contains("whisper");
         let judged = env
             .run(&["critic", "--once", "--json"])
-            .expect(if overfits { 1 } else { 0 });
+            .expect(if overfits { 2 } else { 0 });
         let v: serde_json::Value = serde_json::from_str(judged.stdout().trim()).unwrap();
         for c in v["checks"].as_array().unwrap() {
             let status = c["status"].as_str().unwrap();
-            let ok = status != "fail" && (status != "warn" || (overfits && c["check"] == "eval"));
+            let ok = (status != "fail" && status != "warn") || (overfits && c["check"] == "eval");
             assert!(ok, "{rel}: {c}\n{}", judged.report());
         }
         if overfits {
             assert!(
-                init.stderr().contains("eval loss rose"),
+                init.stderr()
+                    .contains("note: the eval check will fail on this run as logged: overfitting"),
                 "{}",
                 init.report()
             );
@@ -627,7 +629,7 @@ fn init_fits_hf_runs_whose_logging_started_late_exactly() {
             "a top-level scalar as a series: {cfg}"
         );
         env.run(&["critic", "--once", "--json"])
-            .expect(if std::ptr::eq(state, &*whisper) { 1 } else { 0 });
+            .expect(if std::ptr::eq(state, &*whisper) { 2 } else { 0 });
         env.write(
             "doubled.json",
             doubled(&logged_from(state, from), Lr::Json("learning_rate")),

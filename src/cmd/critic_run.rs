@@ -117,7 +117,20 @@ impl<'a> Runner<'a> {
                 })
                 .collect();
         }
-        let verdict = critic::judge(&obs);
+        let mut verdict = critic::judge(&obs);
+        if verdict.best().is_some() {
+            // Overfitting: name the published checkpoint nearest the best eval (the whole
+            // ledger is read only then), archived in the observation so replay agrees.
+            let recs = Ledger::new(self.cfg.ledger_path())
+                .records()
+                .unwrap_or_default();
+            let best = critic::overfit::best_step(&obs.evals);
+            obs.near_best =
+                best.and_then(|s| critic::overfit::nearest(&recs, &self.cfg.run.name, s));
+            if obs.near_best.is_some() {
+                verdict = critic::judge(&obs);
+            }
+        }
         // What this verdict judged is not new to the next one.
         self.history.judged();
         Ok(Tick {

@@ -253,6 +253,9 @@ pub fn screen(g: &Glance, colour: bool) -> String {
         ),
         None => "checkpoint  none published".into(),
     }));
+    if let Some(o) = &h.overfitting {
+        lines.push(fit(&format!("best eval   {}", o.mark.describe())));
+    }
     if let Some(q) = &h.queued_publishes {
         lines.push(fit(&format!("publish     {}", q.words())));
     }

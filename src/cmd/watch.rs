@@ -40,8 +40,8 @@ pub struct WatchArgs {
     #[arg(long)]
     pub node_local: bool,
 
-    /// The training command (after `--`); `{ckpt}`, `{step}`, `{diverged_at}` are filled in
-    /// on relaunch. Default: `[watch] command`.
+    /// The training command (after `--`); `{ckpt}`, `{step}`, `{diverged_at}`, `{best_ckpt}` are
+    /// filled in on relaunch. Default: `[watch] command`.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }

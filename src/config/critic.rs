@@ -254,8 +254,14 @@ pub struct CriticConfig {
     pub interval: Dur,
     /// NaN/Inf grad norm must persist this many samples before it warns (fp16 skipped steps).
     pub grad_nonfinite_consecutive: usize,
-    /// Evals looked at for the overfitting trend.
+    /// Overfitting: this many evals in a row above the best eval + margin (while the train
+    /// loss falls) fail; the first warns.
     pub eval_window: usize,
+    /// Overfitting: the margin is at least this fraction of the best eval loss.
+    pub eval_margin: f64,
+    /// Overfitting: the margin is at least this many times the run's own eval noise (its
+    /// largest recovered rise before the best, relative).
+    pub eval_noise: f64,
     /// The loss band, grad-norm ceiling and VRAM are judged on the median of this many of
     /// the newest samples, so one noisy batch does not fail a run (NaN and 0 fail at once).
     pub band_samples: usize,
@@ -274,6 +280,8 @@ impl Default for CriticConfig {
             interval: Dur::secs(30),
             grad_nonfinite_consecutive: 3,
             eval_window: 3,
+            eval_margin: crate::critic::overfit::DEFAULT_MARGIN,
+            eval_noise: crate::critic::overfit::DEFAULT_NOISE,
             band_samples: 5,
             min_samples: 5,
             loss_slope_confidence: 0.95,

@@ -177,6 +177,18 @@ pub(super) fn validate_rest(raw: &RawConfig, path: &Path) -> Result<()> {
             c.eval_window
         );
     }
+    if !(c.eval_margin.is_finite() && c.eval_margin >= 0.0) {
+        bail!(
+            "{file}: [critic] expected eval_margin >= 0 (a fraction of the best eval loss, e.g. 0.02), got {}",
+            c.eval_margin
+        );
+    }
+    if !(c.eval_noise.is_finite() && c.eval_noise >= 0.0) {
+        bail!(
+            "{file}: [critic] expected eval_noise >= 0 (times the run's own eval noise, e.g. 1), got {}",
+            c.eval_noise
+        );
+    }
     if c.band_samples < 1 {
         bail!("{file}: [critic] expected band_samples >= 1");
     }

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WatchConfig {
-    /// Relaunch command (argv). `{ckpt}`, `{step}`, `{diverged_at}` are filled in; the same
-    /// values are in ROGER_RESUME_CKPT / ROGER_RESUME_STEP / ROGER_DIVERGED_AT.
+    /// Relaunch command (argv). `{ckpt}`, `{step}`, `{diverged_at}`, `{best_ckpt}` are filled
+    /// in; the same values are in ROGER_RESUME_CKPT / ROGER_RESUME_STEP / ROGER_DIVERGED_AT /
+    /// ROGER_BEST_CKPT.
     pub command: Vec<String>,
     /// Sampling interval.
     pub interval: Dur,

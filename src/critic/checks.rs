@@ -99,9 +99,13 @@ pub fn grad_norm(obs: &Observation) -> Option<CheckResult> {
     Some(r.observed(observed).expected(expected))
 }
 
-/// Eval loss over the last `eval_window` evals: rising while train loss falls is
-/// overfitting. Skipped until that many evals exist.
+/// The eval check: from rules 3 overfitting as a verdict ([`super::overfit::eval`]); before,
+/// the eval loss over the last `eval_window` evals rising while train loss falls warned,
+/// skipped until that many evals existed (kept so replay judges old records by their rules).
 pub fn eval(obs: &Observation) -> Option<CheckResult> {
+    if obs.rules >= 3 {
+        return super::overfit::eval(obs);
+    }
     let n = obs.settings.eval_window.max(2);
     if obs.evals.len() < n {
         // Evals are logged but too few yet: say so (rules 2), instead of "not declared".
@@ -300,7 +304,9 @@ pub(crate) mod tests {
 
     #[test]
     fn eval_overfitting_needs_both_trends() {
+        // The trend rule of rules 2 (rules 3: `overfit.rs`), kept for replay.
         let mut o = obs_with(vec![]);
+        o.rules = 2;
         let ev = |step, e: f64, t: f64| EvalPoint {
             step,
             eval_loss: Num(e),
@@ -318,7 +324,7 @@ pub(crate) mod tests {
         );
         o.rules = 1;
         assert!(eval(&o).is_none(), "rules 1 replays the old answer");
-        o.rules = super::super::RULES;
+        o.rules = 2;
         o.evals.push(ev(3000, 0.39, 0.002));
         let r = eval(&o).unwrap();
         assert_eq!(r.status, Status::Warn);

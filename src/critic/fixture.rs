@@ -45,6 +45,8 @@ pub fn obs_with(samples: Vec<(u64, Vec<(&str, f64)>)>) -> Observation {
             band_samples: 5,
             min_samples: 5,
             loss_slope_confidence: Some(0.95),
+            eval_margin: Some(0.02),
+            eval_noise: Some(1.0),
         },
         window: samples
             .into_iter()
@@ -59,6 +61,7 @@ pub fn obs_with(samples: Vec<(u64, Vec<(&str, f64)>)>) -> Observation {
         run_lr: Vec::new(),
         lr_resolution: None,
         evals: vec![],
+        near_best: None,
         last_sample_at: Some(1_700_000_000.0),
         advanced_at: Some(1_700_000_000.0),
         gpu_vram: None,

@@ -12,6 +12,7 @@ pub mod loss;
 pub mod lr;
 pub mod observe;
 pub mod onset;
+pub mod overfit;
 pub mod replay;
 pub mod slope;
 pub mod spike;
@@ -99,10 +100,12 @@ pub fn num(v: f64) -> Value {
 /// level from before it until the loss returns near it, a NaN newest loss leaves no loss
 /// check passing, checks waiting for data do not decide the verdict, and a loss below its
 /// band is no divergence. 2: a declared check with too little data says so (an eval check
-/// with 2 evals < eval_window 3 is waiting, not "not declared"). Replay judges an old record
-/// by its old rules.
-/// 3: a run whose newest logged lr sits on its schedule's floor, where the schedule has
-/// nothing left to tell apart before its total (`stale::ended_on_floor`), has finished.
+/// with 2 evals < eval_window 3 is waiting, not "not declared"). 3: the eval check is
+/// overfitting as a verdict (`overfit.rs`): above the best eval by a noise margin while the
+/// train loss falls warns, `eval_window` such evals in a row fail; and a run whose newest
+/// logged lr sits on its schedule's floor, where the schedule has nothing left to tell apart
+/// before its total (`stale::ended_on_floor`), has finished. Replay judges an old record by
+/// its old rules.
 pub const RULES: u32 = 3;
 
 /// Why a check is `unknown` without deciding the verdict (it stays `unknown`: never `pass`).
@@ -252,6 +255,12 @@ pub struct Settings {
     /// Absent in records from before it (rules 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_slope_confidence: Option<f64>,
+    /// `[critic] eval_margin` (rules 3; absent before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_margin: Option<f64>,
+    /// `[critic] eval_noise` (rules 3; absent before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_noise: Option<f64>,
 }
 
 /// One sample of the window, as archived.
@@ -318,6 +327,10 @@ pub struct Observation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lr_resolution: Option<Num>,
     pub evals: Vec<EvalPoint>,
+    /// The published checkpoint nearest the best eval (at or before it), looked up by the
+    /// caller when the eval loss has risen above its best (rules 3; absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near_best: Option<overfit::NearBest>,
     /// Time of the newest sample, and of the first sample at the newest step.
     pub last_sample_at: Option<f64>,
     pub advanced_at: Option<f64>,

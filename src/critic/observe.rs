@@ -193,7 +193,9 @@ impl History {
             });
             self.pending_train.clear();
             if self.evals.len() > EVALS_KEPT {
-                self.evals.remove(0);
+                // The oldest goes, unless it is the best: the eval check measures from it.
+                let best = super::overfit::best_index(&self.evals);
+                self.evals.remove(usize::from(best == Some(0)));
             }
         }
         let train_metrics = SLOTS
@@ -272,6 +274,8 @@ pub fn settings(cfg: &Config) -> Settings {
         band_samples: cfg.critic.band_samples,
         min_samples: cfg.critic.min_samples,
         loss_slope_confidence: Some(cfg.critic.loss_slope_confidence),
+        eval_margin: Some(cfg.critic.eval_margin),
+        eval_noise: Some(cfg.critic.eval_noise),
     }
 }
 
@@ -343,6 +347,7 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
         settings: settings(cfg),
         window,
         evals: h.evals.clone(),
+        near_best: None,
         last_sample_at: h.last_sample_at,
         advanced_at: h.advanced_at,
         between,

@@ -59,6 +59,16 @@ fn replay_one(r: &Record) -> Replayed {
         out.differences
             .push(format!("status {} → {}", out.archived, v.status.as_str()));
     }
+    let fresh_best = v
+        .best()
+        .map(|m| serde_json::to_value(m).expect("a mark serialises"));
+    if r.get("best") != fresh_best.as_ref() {
+        out.differences.push(format!(
+            "best: {} → {}",
+            r.get("best").map_or("none".into(), Value::to_string),
+            fresh_best.map_or("none".into(), |b| b.to_string())
+        ));
+    }
     let stored: Vec<Value> = r
         .get("checks")
         .and_then(Value::as_array)

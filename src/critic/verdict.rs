@@ -100,8 +100,10 @@ pub const CONFIG_PATH: &str = "config_path";
 
 impl Verdict {
     /// The ledger record: status, phase, checks, and the observation to recompute it from.
+    /// An overfitting eval check adds `best` (the best eval and the checkpoint marked near
+    /// it, [`super::overfit::Mark`]) for retention, `fetch --best`, status and report.
     pub fn entry(&self, run: &str, obs: &Observation) -> Entry {
-        Entry::new(Kind::Verdict, "critic", run)
+        let e = Entry::new(Kind::Verdict, "critic", run)
             .step(self.step)
             .field("status", self.status)
             .field("phase", &self.phase)
@@ -109,7 +111,16 @@ impl Verdict {
             .field("skipped", &self.skipped)
             .field("flapping", &self.flapping)
             .field("config_hash", &obs.config_hash)
-            .field("observation", obs)
+            .field("observation", obs);
+        match self.best() {
+            Some(m) => e.field("best", m),
+            None => e,
+        }
+    }
+
+    /// The overfitting mark of the eval check, when it warns or fails on overfitting.
+    pub fn best(&self) -> Option<super::overfit::Mark> {
+        self.checks.iter().find_map(super::overfit::mark_of)
     }
 
     /// [`Verdict::entry`] with the config that judged it (`config_path`, absolute, beside

@@ -8,6 +8,7 @@ pub mod discover;
 pub mod fit;
 pub mod fit_steps;
 pub mod meaning;
+pub mod overfit;
 
 use crate::config::{kind_name, LogFormat, ScheduleConfig};
 use crate::metrics::{Sample, LR};
@@ -209,34 +210,13 @@ pub fn infer(input: &Input) -> Proposal {
             summary.push(format!("note: {n}"));
         }
     }
-    let eval_note = eval_rising(input.samples);
-    summary.extend(eval_note.iter().map(|n| format!("note: {n}")));
+    let eval = overfit::propose(input.samples);
+    summary.extend(eval.iter().flat_map(|e| e.summary.iter().cloned()));
     let mut text = render(input, &fit, &phases);
-    if let Some(n) = eval_note {
-        text.push_str(&format!("# Note: {n}\n"));
+    if let Some(e) = eval {
+        text.push_str(&e.text);
     }
     Proposal { text, summary }
-}
-
-/// Evals the critic's eval check compares by default (`[critic] eval_window`).
-const EVAL_WINDOW: usize = 3;
-
-/// The run's own evals rose at its end: the eval check will warn on it as it stands, and the
-/// user should hear that now rather than from the first verdict.
-fn eval_rising(samples: &[Sample]) -> Option<String> {
-    let evals: Vec<(u64, f64)> = samples
-        .iter()
-        .filter_map(|s| Some((s.step, s.get(crate::metrics::EVAL_LOSS)?)))
-        .filter(|(_, v)| v.is_finite())
-        .collect();
-    let last = evals.get(evals.len().checked_sub(EVAL_WINDOW)?..)?;
-    let (first, newest) = (last[0], last[last.len() - 1]);
-    (newest.1 > first.1).then(|| {
-        format!(
-            "eval loss rose over the last {EVAL_WINDOW} evals ({} at step {} -> {} at step {}): the eval check will warn on this run (overfitting?)",
-            first.1, first.0, newest.1, newest.0
-        )
-    })
 }
 
 /// Why `[metrics] key` was chosen, from its note (`lr <- "x" (by meaning: ...)`): the words

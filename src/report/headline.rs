@@ -110,6 +110,10 @@ pub struct Headline {
     pub queued_publishes: Option<QueuedPublishes>,
     /// The bucket (`[publish] remote`): None when the run has none.
     pub bucket: Option<BucketSide>,
+    /// A standing overfitting verdict: the best eval, how far the eval rose since, and the
+    /// checkpoint it marks (`critic::overfit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overfitting: Option<crate::critic::overfit::Standing>,
 }
 
 /// The bucket side of the run, from the ledger (`remote::records::summary`).
@@ -405,6 +409,7 @@ pub fn build(
         log_garbage: log.garbage,
         queued_publishes: None,
         bucket: None,
+        overfitting: crate::critic::overfit::standing_refs(mine, &cfg.run.name),
     }
 }
 

@@ -122,6 +122,9 @@ fn facts(n: &Night) -> Markup {
                     } @else { span.bad { "none" } }
                 }
             }
+            @if let Some(o) = &h.overfitting {
+                div { dt { "Overfitting" } dd { span.bad { "verdict #" (o.seq) " " (o.status.to_uppercase()) } " · " (o.mark.describe()) } }
+            }
             @if let Some(q) = &h.queued_publishes {
                 div { dt { "Queued publishes" } dd { (q.words()) } }
             }

@@ -60,6 +60,14 @@ pub fn digest(n: &Night, colour: bool) -> String {
         ),
         None => "last good checkpoint: none".to_string(),
     });
+    if let Some(o) = &h.overfitting {
+        lines.push(clean(&format!(
+            "overfitting (verdict #{} {}): {}",
+            o.seq,
+            o.status.to_uppercase(),
+            o.mark.describe()
+        )));
+    }
     if let Some(q) = &h.queued_publishes {
         lines.push(clean(&format!("publish: {}", q.words())));
     }

@@ -225,6 +225,7 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
             let r = resume::Resume {
                 ckpt: first.chosen,
                 diverged_at: None,
+                best_ckpt: resume::best_ckpt(&records, &run_name),
             };
             // What the log holds already is not this launch's.
             log.launched();

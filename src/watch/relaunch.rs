@@ -110,6 +110,7 @@ impl Watcher<'_> {
         let r = Resume {
             ckpt: choice.chosen.clone(),
             diverged_at,
+            best_ckpt: resume::best_ckpt(&records, &self.run_name),
         };
         let argv = resume::fill(&self.template, &r.placeholders());
         let rec = self.record(

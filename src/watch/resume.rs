@@ -1,5 +1,7 @@
 //! Where a relaunch resumes: the last GOOD checkpoint (checkpoints::last_good), handed to the
-//! command as `{ckpt}` / `{step}` / `{diverged_at}` and ROGER_RESUME_* variables; and which
+//! command as `{ckpt}` / `{step}` / `{diverged_at}` and ROGER_RESUME_* variables (and the
+//! best-eval checkpoint a standing overfitting verdict marks as `{best_ckpt}` /
+//! ROGER_BEST_CKPT); and which
 //! critic verdicts ask for a divergence rollback. Pure apart from the injected verifier.
 
 use crate::checkpoints::{self, Checkpoint, Choice};
@@ -11,6 +13,17 @@ use serde::Serialize;
 pub struct Resume {
     pub ckpt: Option<Checkpoint>,
     pub diverged_at: Option<u64>,
+    /// `{best_ckpt}`: the checkpoint at (or nearest before) the best eval that a standing
+    /// overfitting verdict marks ([`best_ckpt`]).
+    pub best_ckpt: Option<String>,
+}
+
+/// The path a standing overfitting verdict of `run` marks (critic/overfit.rs), if any.
+pub fn best_ckpt(records: &[Record], run: &str) -> Option<String> {
+    crate::critic::overfit::standing(records, run)?
+        .mark
+        .checkpoint
+        .map(|c| c.path)
 }
 
 impl Resume {
@@ -30,10 +43,12 @@ impl Resume {
             ),
             ("step", s(self.step())),
             ("diverged_at", s(self.diverged_at)),
+            ("best_ckpt", self.best_ckpt.clone().unwrap_or_default()),
         ]
     }
 
-    /// ROGER_RESUME_CKPT / ROGER_RESUME_STEP / ROGER_DIVERGED_AT: set when known, else removed.
+    /// ROGER_RESUME_CKPT / ROGER_RESUME_STEP / ROGER_DIVERGED_AT / ROGER_BEST_CKPT: set when
+    /// known, else removed.
     pub fn env(&self) -> Vec<(&'static str, Option<String>)> {
         let p = self.placeholders();
         let get = |k: &str| {
@@ -46,6 +61,7 @@ impl Resume {
             ("ROGER_RESUME_CKPT", get("ckpt")),
             ("ROGER_RESUME_STEP", get("step")),
             ("ROGER_DIVERGED_AT", get("diverged_at")),
+            ("ROGER_BEST_CKPT", get("best_ckpt")),
         ]
     }
 }
@@ -159,19 +175,30 @@ mod tests {
                 seq: 3,
             }),
             diverged_at: None,
+            best_ckpt: Some("/ck/c-50.json".into()),
         };
         let argv = fill(
             &[
                 "train".into(),
                 "--resume={ckpt}".into(),
                 "{step}/{diverged_at}".into(),
+                "--init={best_ckpt}".into(),
             ],
             &r.placeholders(),
         );
-        assert_eq!(argv, vec!["train", "--resume=/ck/c-100.json", "100/"]);
+        assert_eq!(
+            argv,
+            vec![
+                "train",
+                "--resume=/ck/c-100.json",
+                "100/",
+                "--init=/ck/c-50.json"
+            ]
+        );
         let env = r.env();
         assert_eq!(env[0], ("ROGER_RESUME_CKPT", Some("/ck/c-100.json".into())));
         assert_eq!(env[2], ("ROGER_DIVERGED_AT", None));
+        assert_eq!(env[3], ("ROGER_BEST_CKPT", Some("/ck/c-50.json".into())));
         let scratch = Resume::default();
         assert_eq!(
             fill(

@@ -22,6 +22,20 @@ pub fn table(dir: &Path) -> Vec<Case> {
     let fail_since = |s: u64, d: u64| verdict(Some(s), "fail", Some(d));
     let pass = |s: u64| verdict(Some(s), "pass", None);
     let warn = |s: u64| verdict(Some(s), "warn", None);
+    // A critic warn whose eval check marks `ckpt-<best>` as at its best eval (critic::overfit).
+    let overfitting = |best: u64| {
+        Entry::new(Kind::Verdict, "critic", "r")
+            .step(Some(350))
+            .field("status", "warn")
+            .field("checks", vec![serde_json::json!({"check": "eval", "status": "warn"})])
+            .field(
+                "best",
+                serde_json::json!({"step": best, "eval_loss": 0.3, "newest_step": 350,
+                    "newest_eval_loss": 0.4, "rise": 0.1, "rise_frac": 0.333, "evals_above": 1,
+                    "margin": 0.0015, "checkpoint": {"path": dir.join(format!("ckpt-{best}")).display().to_string(),
+                    "step": best, "relation": "at"}}),
+            )
+    };
     let quarantine = |n: &str| {
         Entry::new(Kind::Quarantine, "quarantine", "r")
             .field("original_path", dir.join(n).display().to_string())
@@ -412,6 +426,20 @@ pub fn table(dir: &Path) -> Vec<Case> {
                 ("ckpt-200", "the last good"),
                 ("ckpt-200", "the newest checkpoint before step 250"),
                 ("ckpt-300", "quarantined"),
+            ],
+        },
+        Case {
+            name: "issue 37 point 7: the best eval's checkpoint while overfitting stands",
+            ledger: vec![ckpt(100), ckpt(200), ckpt(300), overfitting(200), ckpt(400)],
+            keep_last: 1,
+            latest: "ckpt-400",
+            margin: 0,
+            bucket: None,
+            corrupt: &[],
+            prune: &["ckpt-100", "ckpt-300"],
+            kept: &[
+                ("ckpt-400", "latest.json"),
+                ("ckpt-200", "the checkpoint at the best eval (step 200, loss 0.3)"),
             ],
         },
     ]

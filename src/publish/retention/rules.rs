@@ -31,6 +31,7 @@ pub const RULES: &[Rule] = &[
     last_good,
     before_standing_fails,
     vouched_by_the_critic,
+    best_eval_while_overfitting,
     quarantined,
     bucket_copy_not_verified,
 ];
@@ -40,6 +41,31 @@ fn kept(path: &Path, why: impl Into<String>) -> Protected {
         path: path.to_path_buf(),
         why: why.into(),
     }
+}
+
+/// The checkpoint at (or nearest before) the best eval that a standing overfitting verdict
+/// names (`critic::overfit::standing`): where the run was best, kept while the verdict stands.
+pub fn best_eval_while_overfitting(f: &mut Facts) -> Vec<Protected> {
+    let Some(s) = crate::critic::overfit::standing(f.records, f.run) else {
+        return Vec::new();
+    };
+    let Some(c) = s.mark.checkpoint.as_ref() else {
+        return Vec::new();
+    };
+    let path = PathBuf::from(&c.path);
+    if path.parent() != Some(f.dir) {
+        return Vec::new();
+    }
+    vec![kept(
+        &path,
+        format!(
+            "the checkpoint {} the best eval (step {}, loss {}) named by a standing overfitting verdict (#{})",
+            if c.relation == "at" { "at" } else { "nearest before" },
+            s.mark.step,
+            crate::critic::fmt(s.mark.eval_loss),
+            s.seq
+        ),
+    )]
 }
 
 /// What the directory's latest.json points to.

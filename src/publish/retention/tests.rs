@@ -296,3 +296,63 @@ fn step_zero_is_a_multiple() {
         vec![2]
     );
 }
+
+/// Issue 37 point 7: the checkpoint at the best eval, named by a standing overfitting
+/// verdict, stays whatever keep_last says; a later verdict whose eval check passes releases it.
+#[test]
+fn the_best_eval_checkpoint_of_a_standing_overfitting_verdict_is_kept() {
+    use crate::critic::{judge, overfit::NearBest, EvalPoint, Num};
+    let mut o = crate::critic::checks::tests::obs_with(vec![(400, vec![("loss", 3.0)])]);
+    let ev = |step, e: f64, t: f64| EvalPoint {
+        step,
+        eval_loss: Num(e),
+        train_loss: Some(Num(t)),
+    };
+    o.evals = vec![ev(200, 0.3, 1.0), ev(300, 0.4, 0.5), ev(400, 0.45, 0.2)];
+    o.near_best = Some(NearBest {
+        path: "/ck/ckpt-200".into(),
+        step: 200,
+    });
+    let overfit = judge(&o).entry("r", &o);
+    let mut healthy = o.clone();
+    healthy.evals.push(ev(500, 0.25, 0.1));
+    let cleared = judge(&healthy).entry("r", &healthy);
+    let run = |ledger: Vec<Entry>| {
+        let p = plan(
+            &crate::ledger::test_records(ledger),
+            "r",
+            Path::new("/ck"),
+            &policy(1, 0),
+            &Guard {
+                latest: Some(PathBuf::from("/ck/ckpt-400")),
+                rollback_margin: 0,
+                bucket: None,
+            },
+            &mut |_| Ok(()),
+        );
+        let pruned: Vec<Option<u64>> = p.candidates.iter().map(|c| c.checkpoint.step).collect();
+        (pruned, p.protected)
+    };
+    let (pruned, protected) = run(vec![
+        ckpt(100),
+        ckpt(200),
+        ckpt(300),
+        overfit.clone(),
+        ckpt(400),
+    ]);
+    assert!(!pruned.contains(&Some(200)), "{pruned:?}");
+    assert!(
+        protected.iter().any(|k| k.path == Path::new("/ck/ckpt-200")
+            && k.why.starts_with("the checkpoint at the best eval (step 200, loss 0.3) named by a standing overfitting verdict (#4)")),
+        "{protected:#?}"
+    );
+    let (pruned, _) = run(vec![
+        ckpt(100),
+        ckpt(200),
+        ckpt(300),
+        overfit,
+        ckpt(400),
+        cleared,
+    ]);
+    assert!(pruned.contains(&Some(200)), "released: {pruned:?}");
+}
