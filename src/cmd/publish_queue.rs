@@ -59,6 +59,7 @@ pub(super) fn queue_it(req: &Request, json: bool) -> Result<u8> {
         outln!("queued {} -> {}", q.source.display(), q.target.display());
         outln!("  queue id {}; {how}", q.id);
     }
+    publish::failpoint::write_counts();
     Ok(exit::DONE)
 }
 

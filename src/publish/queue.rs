@@ -329,6 +329,7 @@ pub fn enqueue<R>(
         (pre.src.clone(), None, None, pre.before.clone())
     } else {
         let root = snapshot_root(&dest, &id);
+        super::failpoint::count(super::failpoint::Op::MakeDir);
         std::fs::create_dir(&root).with_context(|| format!("creating {}", root.display()))?;
         let snap = root.join(&pre.name);
         let list: Vec<(String, &Path)> = pre

@@ -29,6 +29,7 @@ fn clone_file(src: &Path, dst: &Path) -> std::result::Result<(), std::io::Error>
         return Err(e);
     }
     // The clone's metadata must survive a crash like any queued intent.
+    super::failpoint::count(super::failpoint::Op::Fsync);
     out.sync_all()?;
     Ok(())
 }
@@ -49,6 +50,7 @@ pub fn snapshot(
     };
     let is_dir = src.is_dir();
     if is_dir {
+        super::failpoint::count(super::failpoint::Op::MakeDir);
         std::fs::create_dir(dst).with_context(|| format!("creating {}", dst.display()))?;
     }
     for (rel, path) in files {

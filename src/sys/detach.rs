@@ -31,6 +31,9 @@ pub fn spawn(exe: &Path, args: &[&str], dir: &Path, log: &Path) -> Result<u32> {
             Ok(())
         });
     }
+    // std's spawn blocks until the child has exec'd (or failed to): a wait on the child.
+    crate::publish::failpoint::count(crate::publish::failpoint::Op::Spawn);
+    crate::publish::failpoint::count(crate::publish::failpoint::Op::WaitChild);
     let mut child = cmd.spawn()?;
     let pid = child.id();
     // Reap it when it ends, should this process (a watch) still be alive then.

@@ -61,6 +61,7 @@ fn cannot_fsync_dirs(e: &std::io::Error) -> Option<&'static str> {
 /// and answered with [`DirSync::Unsupported`]; any other failure is an error.
 pub fn fsync_dir(dir: &Path) -> Result<DirSync> {
     let f = File::open(dir).with_context(|| format!("opening directory {}", dir.display()))?;
+    crate::publish::failpoint::count(crate::publish::failpoint::Op::Fsync);
     match f.sync_all() {
         Ok(()) => Ok(DirSync::Ok),
         Err(e) => match cannot_fsync_dirs(&e) {
@@ -101,6 +102,7 @@ pub fn create_dirs_durably(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating directory {}", dir.display()))?;
     for d in missing.iter().rev() {
+        crate::publish::failpoint::count(crate::publish::failpoint::Op::MakeDir);
         fsync_dir(parent_dir(d))?;
     }
     Ok(())
@@ -205,6 +207,7 @@ impl AtomicFile {
         } = self;
         if durability == Durability::Durable {
             // An fsync error is not retried: the temporary is dropped (removed) with it.
+            crate::publish::failpoint::count(crate::publish::failpoint::Op::Fsync);
             tmp.as_file()
                 .sync_all()
                 .with_context(|| format!("fsync of {}", tmp.path().display()))?;
