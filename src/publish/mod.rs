@@ -14,6 +14,7 @@ pub mod copy;
 pub mod direct;
 pub mod failpoint;
 pub mod formats;
+pub mod intake;
 pub mod io;
 pub mod manifest;
 pub mod names;

@@ -1,14 +1,16 @@
 //! The publish queue of one destination (`DEST/.roger-queue/`): `roger publish --detach`
-//! checks the source, snapshots it with a reflink where the filesystem can, writes one entry
-//! (`<id>.json`, atomically and durably) and a `publish_queued` ledger record, and returns; the
-//! background publisher (`publisher`) works the entries off in id order (FIFO). An entry is
-//! removed only after its `publish` record or its `publish-rejected` note exists, so a crash
-//! anywhere leaves work the next roger command resumes, never a queued publish forgotten.
-//! `pending` lists the queue for `roger status` and the report.
+//! checks the source, snapshots it with a reflink where the destination can (what it can is
+//! learnt on the first try and remembered), appends its request durably to the journal
+//! (`intake`: one fsync) and returns; the background publisher (`publisher`) takes requests in
+//! (each an entry `<id>.json` and a `publish_queued` ledger record) and works the entries off
+//! in id order (FIFO). An entry is removed only after its `publish` record or its
+//! `publish-rejected` note exists, so a crash anywhere leaves work the next roger command
+//! resumes, never a queued publish forgotten. `pending` lists the queue (journal and
+//! entries) for `roger status` and the report.
 
 use super::source::SrcFile;
 use super::{manifest, place, preflight, reflink, source, Request};
-use crate::ledger::{Entry, Kind, Ledger};
+use crate::ledger::{Entry, Kind};
 use crate::sys::disk::DiskProbe;
 use crate::sys::fsx;
 use crate::sys::Clock;
@@ -97,6 +99,17 @@ fn entry_path(dest: &Path, id: &str) -> PathBuf {
     dir(dest).join(format!("{id}{ENTRY_EXT}"))
 }
 
+/// Whether the request `id` has its entry (it was taken in from the journal).
+pub fn entry_exists(dest: &Path, id: &str) -> bool {
+    entry_path(dest, id).exists()
+}
+
+/// Write `q`'s entry, atomically and durably (the publisher, taking a request in).
+pub fn write_entry(dest: &Path, q: &Queued) -> Result<()> {
+    manifest::write_json(&dir(dest), &format!("{}{ENTRY_EXT}", q.id), q)?;
+    Ok(())
+}
+
 fn snapshot_root(dest: &Path, id: &str) -> PathBuf {
     dir(dest).join(format!("{id}.snap"))
 }
@@ -104,8 +117,22 @@ fn snapshot_root(dest: &Path, id: &str) -> PathBuf {
 /// Queue entries that cannot be read: (path, why).
 pub type Unreadable = Vec<(PathBuf, String)>;
 
-/// The queue, oldest first, and the entries that cannot be read.
+/// The queue, oldest first (requests still in the journal and entries), and the entries that
+/// cannot be read (the journal's own unreadable lines are the publisher's to set aside).
 pub fn scan(dest: &Path) -> Result<(Vec<Queued>, Unreadable)> {
+    // The journal before the entries: a request taken in between is then seen in one or both.
+    let (journal, _) = super::intake::read(dest)?;
+    let (mut ok, bad) = scan_entries(dest)?;
+    for q in journal {
+        if !ok.iter().any(|e| e.id == q.id) {
+            ok.push(q);
+        }
+    }
+    ok.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok((ok, bad))
+}
+
+fn scan_entries(dest: &Path) -> Result<(Vec<Queued>, Unreadable)> {
     let d = dir(dest);
     let rd = match std::fs::read_dir(&d) {
         Ok(rd) => rd,
@@ -282,23 +309,34 @@ pub fn queued_entry(q: &Queued) -> Entry {
         )
 }
 
-/// `publish --detach`: check the source, snapshot it where possible, queue it durably and
-/// record `publish_queued`. `start` (the caller's: start the background publisher) runs once
-/// the queue lock is held, before the durable writes, so the publisher process starts up
-/// while they go on; it reads the queue only under the same lock, so it finds the entry and
-/// its record whole, or (when queueing fails) nothing, and leaves.
+/// What `enqueue` did.
+pub struct Enqueued<R> {
+    pub q: Queued,
+    /// What `start` returned; `None` when it was not called (a publisher is running).
+    pub started: Option<R>,
+    /// Said once per destination (and source filesystem): what this first try learnt about
+    /// reflink snapshots there.
+    pub learned: Option<String>,
+}
+
+/// `publish --detach`: check the source, snapshot it where the destination can reflink (what
+/// it can is learnt on the first try and remembered in the queue dir, so a destination that
+/// cannot gets no snapshot directory made and removed again), and append the request to the
+/// journal durably: the caller's one fsync. No ledger record here (the publisher records
+/// `publish_queued` as it takes the request in), nothing removed, no child waited on: after
+/// the request is durable and the queue lock released, `start` runs only when no publisher
+/// holds the publisher lock (one that does takes the request in by itself).
 pub fn enqueue<R>(
     req: &Request,
     disk: &dyn DiskProbe,
     clock: &dyn Clock,
     start: impl FnOnce(&Path) -> R,
-) -> Result<(Queued, R)> {
+) -> Result<Enqueued<R>> {
     let pre = preflight(req)?;
     fsx::create_dirs_durably(&pre.dest_abs)?;
     let dest = std::fs::canonicalize(&pre.dest_abs)?;
     fsx::create_dirs_durably(&dir(&dest))?;
-    let _lock = lock_queue(&dest)?;
-    let started = start(&dest);
+    let lock = lock_queue(&dest)?;
     let (queued, _) = scan(&dest)?;
     if !pre.in_place {
         let ahead = queued_bytes(&queued);
@@ -325,36 +363,48 @@ pub fn enqueue<R>(
     let now = clock.now();
     let nanos = now.timestamp_nanos_opt().unwrap_or(0).max(0) as u128;
     let id = next_id(&queued, nanos);
+    let mut learned = None;
     let (src, snapshot, no_snapshot, files) = if pre.in_place {
         (pre.src.clone(), None, None, pre.before.clone())
     } else {
-        let root = snapshot_root(&dest, &id);
-        super::failpoint::count(super::failpoint::Op::MakeDir);
-        std::fs::create_dir(&root).with_context(|| format!("creating {}", root.display()))?;
-        let snap = root.join(&pre.name);
-        let list: Vec<(String, &Path)> = pre
-            .before
-            .iter()
-            .map(|f| (f.rel.clone(), f.path.as_path()))
-            .collect();
-        match reflink::snapshot(&pre.src, &list, &snap) {
-            Ok(Ok(())) => {
-                // The clone must be of the bytes the stamps describe.
-                if let Err(e) = source::unchanged(&pre.src, pre.layout, &pre.before) {
-                    let _ = place::remove_any(&root);
-                    return Err(e);
+        let dev = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(&pre.src)
+                .with_context(|| format!("reading {}", pre.src.display()))?
+                .dev()
+        };
+        let known = reflink::remembered(&dir(&dest), dev);
+        match known.as_ref().filter(|k| !k.reflink) {
+            Some(k) => (
+                pre.src.clone(),
+                None,
+                Some(
+                    k.why
+                        .clone()
+                        .unwrap_or_else(|| "no reflink snapshot".into()),
+                ),
+                pre.before.clone(),
+            ),
+            None => {
+                let taken = snapshot_source(&dest, &id, &pre)?;
+                let can = taken.1.is_some();
+                if known.is_none() || !can {
+                    let why = taken.2.clone();
+                    reflink::remember(&dir(&dest), dev, can, why.as_deref(), now)?;
+                    learned = Some(match &why {
+                        Some(why) => format!(
+                            "{} cannot hold reflink snapshots of this source's filesystem: {why}; remembered in {} (delete it to try again): every --detach there queues the source itself, which must stay untouched until it is published",
+                            dest.display(),
+                            dir(&dest).join(reflink::MEMORY).display()
+                        ),
+                        None => format!(
+                            "{} takes reflink snapshots: every --detach there snapshots the source, which may be reused at once (remembered in {})",
+                            dest.display(),
+                            dir(&dest).join(reflink::MEMORY).display()
+                        ),
+                    });
                 }
-                place::fsync_dirs(&root)?;
-                let files = source::snapshot(&snap, pre.layout)?;
-                (snap, Some(root.join(&pre.name)), None, files)
-            }
-            Ok(Err(why)) => {
-                place::remove_any(&root)?;
-                (pre.src.clone(), None, Some(why), pre.before.clone())
-            }
-            Err(e) => {
-                let _ = place::remove_any(&root);
-                return Err(e);
+                taken
             }
         }
     };
@@ -394,13 +444,60 @@ pub fn enqueue<R>(
             ..req.clone()
         },
     };
-    manifest::write_json(&dir(&dest), &format!("{id}{ENTRY_EXT}"), &q)?;
-    if let Err(e) = Ledger::new(&req.ledger).append(queued_entry(&q), now) {
-        // Not queued after all: no record, no entry.
-        let _ = remove(&dest, &q);
-        return Err(e).context("recording the queued publish; nothing was queued");
+    if let Err(e) = super::intake::append(&dest, &q) {
+        if let Some(root) = q.snapshot.as_ref().and_then(|s| s.parent()) {
+            let _ = place::remove_any(root);
+        }
+        return Err(e.context("nothing was queued"));
     }
-    Ok((q, started))
+    drop(lock);
+    let started = (!super::publisher::running(&dest)).then(|| start(&dest));
+    Ok(Enqueued {
+        q,
+        started,
+        learned,
+    })
+}
+
+/// Try a reflink snapshot of the source into the queue dir: (what to publish, the snapshot,
+/// why none was taken, the files' stamps).
+type Taken = (
+    PathBuf,
+    Option<PathBuf>,
+    Option<String>,
+    Vec<source::SrcFile>,
+);
+
+fn snapshot_source(dest: &Path, id: &str, pre: &super::preflight::Preflight) -> Result<Taken> {
+    let root = snapshot_root(dest, id);
+    super::failpoint::count(super::failpoint::Op::MakeDir);
+    std::fs::create_dir(&root).with_context(|| format!("creating {}", root.display()))?;
+    let snap = root.join(&pre.name);
+    let list: Vec<(String, &Path)> = pre
+        .before
+        .iter()
+        .map(|f| (f.rel.clone(), f.path.as_path()))
+        .collect();
+    match reflink::snapshot(&pre.src, &list, &snap) {
+        Ok(Ok(())) => {
+            // The clone must be of the bytes the stamps describe.
+            if let Err(e) = source::unchanged(&pre.src, pre.layout, &pre.before) {
+                let _ = place::remove_any(&root);
+                return Err(e);
+            }
+            place::fsync_dirs(&root)?;
+            let files = source::snapshot(&snap, pre.layout)?;
+            Ok((snap.clone(), Some(snap), None, files))
+        }
+        Ok(Err(why)) => {
+            place::remove_any(&root)?;
+            Ok((pre.src.clone(), None, Some(why), pre.before.clone()))
+        }
+        Err(e) => {
+            let _ = place::remove_any(&root);
+            Err(e)
+        }
+    }
 }
 
 #[cfg(test)]
