@@ -97,3 +97,69 @@ fn regress_detach_caller_makes_no_snapshot_dir_waits_on_no_child_and_fsyncs_once
         .count();
     assert_eq!(snaps, 0);
 }
+
+/// The training loop's path through `roger_guard`: a preemption save request answered by
+/// `save_requested()`, then `roger_guard.publish` (what `on_save` of the HF and Lightning
+/// callbacks calls) while a publisher runs: the same one fsync, nothing made or removed, no
+/// child of roger's started or waited on.
+#[test]
+fn roger_guard_publish_after_a_save_request_costs_the_caller_one_fsync_and_no_child() {
+    let py = "/usr/bin/python3";
+    if !Path::new(py).exists() {
+        crate::util::missing(
+            "roger_guard_publish_after_a_save_request_costs_the_caller_one_fsync_and_no_child",
+            "/usr/bin/python3",
+            "apt-get install python3",
+        );
+        return;
+    }
+    let env = Env::new();
+    let ck = ck(&env);
+    env.write("ckpt-1.pt", torch_zip(100_000, 1));
+    env.write("ckpt-2.pt", torch_zip(100_000, 2));
+    let busy = hold_publisher_lock(&ck);
+    env.run(&["publish", "--detach", "ckpt-1.pt", "--to", "ck"])
+        .expect(0);
+    let counts = env.path("py.counts.json");
+    let script = r#"
+import os, roger_guard
+with open(os.environ["ROGER_SAVE_NOW"], "w") as f:
+    f.write("notice 1")
+assert roger_guard.save_requested(), "the save request was not seen"
+roger_guard.publish("ckpt-2.pt", step=2, to="ck")
+"#;
+    let out = std::process::Command::new(py)
+        .current_dir(env.path(""))
+        .env("PYTHONPATH", crate::util::repo_root().join("python"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("ROGER_BIN", crate::util::roger_bin())
+        .env("ROGER_SAVE_NOW", env.path("save-now"))
+        .env("ROGER_FAILPOINT_COUNT", &counts)
+        .env_remove("ROGER_CONFIG")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let c: Value = serde_json::from_str(&std::fs::read_to_string(&counts).unwrap()).unwrap();
+    assert_eq!(
+        (c["make_dir"].as_u64(), c["remove_dir"].as_u64()),
+        (Some(0), Some(0)),
+        "{c}"
+    );
+    assert!(c["fsync"].as_u64().unwrap() <= 1, "{c}");
+    assert_eq!(
+        (c["spawn"].as_u64(), c["wait_child"].as_u64()),
+        (Some(0), Some(0)),
+        "{c}"
+    );
+    drop(busy);
+    env.run(&["publish", "--wait", "--to", "ck", "--timeout", "300s"])
+        .expect(0);
+    let recs = ledger_records(&ck.join("roger-ledger.jsonl"));
+    let steps: Vec<u64> = kind(&recs, "publish")
+        .iter()
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [1, 2]);
+    assert_eq!(latest(&ck)["path"], "ckpt-2.pt");
+}
