@@ -16,7 +16,7 @@ use std::path::Path;
 pub type Refused = String;
 
 /// The queue dir's memory of what the destination can do, per source filesystem.
-pub const MEMORY: &str = "reflink.json";
+pub const MEMORY: &str = "reflink.known";
 
 /// What the first try found for sources on one filesystem (device number).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

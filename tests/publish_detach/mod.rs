@@ -369,18 +369,22 @@ fn config_detach_queues_by_default_with_retention_and_no_detach_blocks() {
     assert!(!env.path("ckpts/ckpt-10.pt").exists());
     assert!(env.path("ckpts/ckpt-20.pt").exists());
     let recs = ledger_records(&env.path("logs/ledger.jsonl"));
-    let kinds: Vec<&str> = recs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
-    assert_eq!(
-        kinds,
-        [
-            "publish_queued",
-            "publish_queued",
-            "publish",
-            "publish",
-            "prune",
-            "note"
-        ]
+    // Each request is recorded by the publisher as it takes it in (the second may land after
+    // the first publish), always before its own publish.
+    let kinds: Vec<(&str, u64)> = recs
+        .iter()
+        .map(|r| (r["kind"].as_str().unwrap(), r["step"].as_u64().unwrap_or(0)))
+        .collect();
+    let at = |k: &str, step: u64| kinds.iter().position(|x| *x == (k, step)).unwrap();
+    assert!(at("publish_queued", 10) < at("publish", 10), "{kinds:?}");
+    assert!(at("publish_queued", 20) < at("publish", 20), "{kinds:?}");
+    assert!(
+        at("publish_queued", 10) < at("publish_queued", 20),
+        "{kinds:?}"
     );
+    assert!(at("publish", 10) < at("publish", 20), "{kinds:?}");
+    let tail: Vec<&str> = kinds[4..].iter().map(|x| x.0).collect();
+    assert_eq!((kinds.len(), tail), (6, vec!["prune", "note"]), "{kinds:?}");
     assert!(recs.iter().all(|r| r["run"] == "llama"));
     let waited = recs.last().unwrap();
     assert_eq!(waited["event"], "publish-waited");
