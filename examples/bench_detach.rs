@@ -85,10 +85,16 @@ impl Bench {
         );
     }
 
-    /// CALLS timed `--detach`es of fresh small checkpoints into `dest`.
-    fn timed(&self, case: &str, dest: &str, config: Option<&Path>) -> Vec<Duration> {
+    /// CALLS timed `--detach`es of fresh small checkpoints into `dest`, each after a timed
+    /// `roger --version` (the floor: starting the binary on this machine now, no disk work).
+    fn timed(
+        &self,
+        case: &str,
+        dest: &str,
+        config: Option<&Path>,
+    ) -> (Vec<Duration>, Vec<Duration>) {
         let small = self.dir.join("small.bin");
-        let mut out = Vec::new();
+        let (mut out, mut floor) = (Vec::new(), Vec::new());
         for i in 0..self.calls {
             let name = format!("{case}-{i}.bin");
             std::fs::hard_link(&small, self.dir.join(&name)).unwrap();
@@ -99,12 +105,20 @@ impl Bench {
             }
             args.extend(["publish", "--detach", &name, "--to", dest, "--step", &step]);
             let t = Instant::now();
+            assert!(self
+                .roger(&["--version"])
+                .output()
+                .unwrap()
+                .status
+                .success());
+            floor.push(t.elapsed());
+            let t = Instant::now();
             let o = self.roger(&args).output().unwrap();
             out.push(t.elapsed());
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
             std::thread::sleep(Duration::from_millis(50));
         }
-        out
+        (out, floor)
     }
 
     fn wait(&self, dest: &str, config: Option<&Path>) {
@@ -126,12 +140,14 @@ impl Bench {
     }
 }
 
-fn report(case: &str, t: &[Duration], still: bool, note: &str) {
+fn report(case: &str, (t, floor): &(Vec<Duration>, Vec<Duration>), still: bool, note: &str) {
     println!(
-        "{case:<34} p50 {:7.1} ms  p99 {:7.1} ms  max {:7.1} ms  (n={}; earlier work still in flight at the last call: {}){note}  load {}",
+        "{case:<34} p50 {:7.1} ms  p99 {:7.1} ms  max {:7.1} ms  [floor: roger --version p50 {:6.1} ms p99 {:6.1} ms]  (n={}; earlier work still in flight at the last call: {}){note}  load {}",
         pct(t, 50.0),
         pct(t, 99.0),
         pct(t, 100.0),
+        pct(floor, 50.0),
+        pct(floor, 99.0),
         t.len(),
         if still { "yes" } else { "NO" },
         loadavg()
@@ -152,15 +168,22 @@ fn main() {
         "{} missing: build --bin roger",
         roger.display()
     );
+    let roger = std::fs::canonicalize(roger).unwrap();
     let tmp = tempfile::Builder::new()
         .prefix("bench-detach-")
         .tempdir_in(&base)
         .unwrap();
-    let fs = nix::sys::statfs::statfs(tmp.path())
+    let fs = match nix::sys::statfs::statfs(tmp.path())
         .unwrap()
-        .filesystem_type();
+        .filesystem_type()
+    {
+        t if t == nix::sys::statfs::EXT4_SUPER_MAGIC => "ext4".to_string(),
+        t if t == nix::sys::statfs::BTRFS_SUPER_MAGIC => "btrfs".to_string(),
+        t if t == nix::sys::statfs::XFS_SUPER_MAGIC => "xfs".to_string(),
+        other => format!("{other:?}"),
+    };
     println!(
-        "roger {}; {} on {:?}; {big_mib} MiB per earlier publish; {calls} calls per case; load {}",
+        "roger {}; {} on {}; {big_mib} MiB per earlier publish; {calls} calls per case; load {}",
         roger.display(),
         tmp.path().display(),
         fs,
