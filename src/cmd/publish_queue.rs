@@ -19,7 +19,7 @@ pub(super) fn queue_it(req: &Request, json: bool) -> Result<u8> {
         None => Ok(None),
     };
     let done =
-        publish::queue::enqueue(req, disk_probe()?.as_ref(), &crate::sys::SystemClock, start)?;
+        publish::enqueue::enqueue(req, disk_probe()?.as_ref(), &crate::sys::SystemClock, start)?;
     let q = &done.q;
     let started = done.started.unwrap_or(Ok(None));
     if let Some(l) = &done.learned {

@@ -12,6 +12,7 @@
 pub mod chain;
 pub mod copy;
 pub mod direct;
+pub mod enqueue;
 pub mod failpoint;
 pub mod formats;
 pub mod intake;
