@@ -9,6 +9,7 @@
 //! publish: `path` (absolute), `sha256`, `size`; prune: `path`; quarantine: `original_path`;
 //! release: `restored_to`; verdict: `status`.
 
+pub mod best;
 pub mod bucket;
 
 use crate::ledger::{Kind, Record};

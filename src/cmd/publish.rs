@@ -38,7 +38,9 @@ Test-only environment knobs (for crash-safety tests, never set in production):
   ROGER_FAULT_TRUNCATE_AFTER_FSYNC=BYTES   truncate the staging copy after its fsync
   ROGER_FAULT_TRUNCATE_ONLY=NAME           ... only the staging file named NAME (one shard)
   ROGER_FAKE_FREE_BYTES=BYTES the free space the destination reports
-  ROGER_DETACH_NO_PUBLISHER=1 --detach only queues (starts no publisher)";
+  ROGER_DETACH_NO_PUBLISHER=1 --detach only queues (starts no publisher)
+  ROGER_FAILPOINT_COUNT=FILE  --detach writes its fsyncs, dirs made/removed, children
+                              started/waited to FILE";
 
 #[derive(Debug, Args)]
 #[command(after_help = AFTER_HELP)]

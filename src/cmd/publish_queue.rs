@@ -9,16 +9,22 @@ use crate::{exit, outln};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
-/// `--detach`: queue, start the publisher, return.
+/// `--detach`: queue (one durable append), start the publisher if none runs (never waited
+/// on), return.
 pub(super) fn queue_it(req: &Request, json: bool) -> Result<u8> {
     let start = |dest: &Path| match publish::publisher::roger_exe()
         .filter(|_| std::env::var_os("ROGER_DETACH_NO_PUBLISHER").is_none())
     {
-        Some(exe) => publish::publisher::spawn(dest, &exe).map(Some),
+        Some(exe) => publish::publisher::spawn_unwaited(dest, &exe).map(Some),
         None => Ok(None),
     };
-    let (q, started) =
-        publish::queue::enqueue(req, disk_probe()?.as_ref(), &crate::sys::SystemClock, start)?;
+    let done =
+        publish::enqueue::enqueue(req, disk_probe()?.as_ref(), &crate::sys::SystemClock, start)?;
+    let q = &done.q;
+    let started = done.started.unwrap_or(Ok(None));
+    if let Some(l) = &done.learned {
+        eprintln!("roger: {l}");
+    }
     let how = match (&q.snapshot, &q.no_snapshot) {
         (Some(_), _) => "reflink snapshot taken: the source may be reused now".to_string(),
         _ if q.in_place => "in place".to_string(),
@@ -59,6 +65,7 @@ pub(super) fn queue_it(req: &Request, json: bool) -> Result<u8> {
         outln!("queued {} -> {}", q.source.display(), q.target.display());
         outln!("  queue id {}; {how}", q.id);
     }
+    publish::failpoint::write_counts();
     Ok(exit::DONE)
 }
 

@@ -8,7 +8,7 @@
 
 use super::{fmt, num, CheckResult, EvalPoint, Observation, Status, Unjudged};
 use crate::checkpoints::Checkpoint;
-use crate::ledger::{Kind, Record};
+use crate::ledger::Record;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -22,62 +22,7 @@ pub struct NearBest {
     pub step: u64,
 }
 
-/// The checkpoint the verdict marks, and whether it is at the best eval's step or before it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MarkedCheckpoint {
-    pub path: String,
-    pub step: u64,
-    /// `"at"` (saved at the best eval's step) or `"before"` (the newest one before it).
-    pub relation: String,
-}
-
-/// The verdict record's `best` field: where the eval loss was best and how far it has risen.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Mark {
-    pub step: u64,
-    pub eval_loss: f64,
-    pub newest_step: u64,
-    pub newest_eval_loss: f64,
-    /// newest − best.
-    pub rise: f64,
-    /// The rise as a fraction of |best|.
-    pub rise_frac: f64,
-    /// Evals in a row, newest last, above best + margin.
-    pub evals_above: usize,
-    pub margin: f64,
-    /// `None`: no published checkpoint at or before the best step.
-    pub checkpoint: Option<MarkedCheckpoint>,
-}
-
-impl Mark {
-    /// "best eval 0.321 at step 1000, now 0.4200 at step 5000 (+30.8%); checkpoint ... (at it)"
-    pub fn describe(&self) -> String {
-        format!(
-            "best eval loss {} at step {}, now {} at step {} (+{:.1}%, {} eval(s) above best + {}); {}",
-            fmt(self.eval_loss),
-            self.step,
-            fmt(self.newest_eval_loss),
-            self.newest_step,
-            100.0 * self.rise_frac,
-            self.evals_above,
-            fmt(self.margin),
-            self.checkpoint_words()
-        )
-    }
-
-    pub fn checkpoint_words(&self) -> String {
-        match &self.checkpoint {
-            Some(c) if c.relation == "at" => {
-                format!("checkpoint {} is at that step", c.path)
-            }
-            Some(c) => format!(
-                "checkpoint {} (step {}) is the newest before it",
-                c.path, c.step
-            ),
-            None => format!("no published checkpoint at or before step {}", self.step),
-        }
-    }
-}
+pub use crate::checkpoints::best::{standing, standing_refs, Mark, MarkedCheckpoint, Standing};
 
 /// Index of the best (lowest, first of equals) finite eval loss.
 pub fn best_index(evals: &[EvalPoint]) -> Option<usize> {
@@ -328,11 +273,9 @@ pub fn judge_evals(
     }
 }
 
-/// `[critic] eval_margin` default: a rise under 0.5% of the best is never overfitting (a
-/// real QLoRA fine-tune's overfitting began +1.4% above its best, its eval noise 0.1%).
-pub const DEFAULT_MARGIN: f64 = 0.005;
-/// `[critic] eval_noise` default: twice the largest rise the run recovered from before.
-pub const DEFAULT_NOISE: f64 = 2.0;
+pub use crate::config::critic::{
+    DEFAULT_EVAL_MARGIN as DEFAULT_MARGIN, DEFAULT_EVAL_NOISE as DEFAULT_NOISE,
+};
 
 /// The overfitting mark of a judged eval check (warn or fail, train loss falling).
 pub fn mark_of(check: &CheckResult) -> Option<Mark> {
@@ -340,56 +283,6 @@ pub fn mark_of(check: &CheckResult) -> Option<Mark> {
         return None;
     }
     serde_json::from_value(check.observed.get("overfitting")?.clone()).ok()
-}
-
-/// The mark that stands for `run`: the newest critic verdict whose eval check judged
-/// (pass, warn or fail) decides; it stands when that verdict carries a `best`. Returns the
-/// verdict's seq and status with the mark.
-pub fn standing(records: &[Record], run: &str) -> Option<Standing> {
-    standing_of(records.iter(), run)
-}
-
-/// [`standing`] over borrowed records (the report's view of one run).
-pub fn standing_refs(records: &[&Record], run: &str) -> Option<Standing> {
-    standing_of(records.iter().copied(), run)
-}
-
-fn standing_of<'a>(
-    mut records: impl DoubleEndedIterator<Item = &'a Record>,
-    run: &str,
-) -> Option<Standing> {
-    let judged = |r: &&Record| {
-        r.kind == Kind::Verdict
-            && r.source == "critic"
-            && r.run == run
-            && r.get("checks")
-                .and_then(|c| c.as_array())
-                .into_iter()
-                .flatten()
-                .any(|c| {
-                    c.get("check").and_then(|n| n.as_str()) == Some("eval")
-                        && matches!(
-                            c.get("status").and_then(|s| s.as_str()),
-                            Some("pass" | "warn" | "fail")
-                        )
-                })
-    };
-    let v = records.rfind(judged)?;
-    let mark: Mark = serde_json::from_value(v.get("best")?.clone()).ok()?;
-    Some(Standing {
-        seq: v.seq,
-        status: v.str_field("status").unwrap_or("?").to_string(),
-        mark,
-    })
-}
-
-/// A standing overfitting mark and the verdict that filed it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Standing {
-    pub seq: u64,
-    pub status: String,
-    #[serde(flatten)]
-    pub mark: Mark,
 }
 
 #[cfg(test)]

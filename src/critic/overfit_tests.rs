@@ -3,7 +3,7 @@
 use super::*;
 use crate::critic::checks::tests::obs_with;
 use crate::critic::{judge, EvalPoint, Num};
-use crate::ledger::Entry;
+use crate::ledger::{Entry, Kind};
 
 /// An observation whose evals are (step, eval loss, train loss before it).
 fn obs(evals: &[(u64, f64, f64)]) -> Observation {

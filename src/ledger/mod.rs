@@ -382,6 +382,7 @@ impl Ledger {
         locked
             .write_all(line.as_bytes())
             .with_context(|| format!("appending to ledger {}", self.path.display()))?;
+        crate::sys::opcount::count(crate::sys::opcount::Op::Fsync);
         locked
             .sync_data()
             .with_context(|| format!("fsync of ledger {}", self.path.display()))?;

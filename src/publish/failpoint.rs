@@ -2,7 +2,10 @@
 //! unwinding, no destructors: as close to a power cut or `kill -9` as a process can get) at
 //! the named step boundary; `ROGER_FAULT_TRUNCATE_AFTER_FSYNC=<bytes>` cuts the staging copy
 //! short after its fsync succeeded (the WSL drvfs/9p failure) so verification has to catch it.
-//! Both are documented as test-only; without them nothing here does anything.
+//! `ROGER_FAILPOINT_COUNT=<file>` makes `publish --detach` write, as it returns, how many
+//! fsyncs, directories made and removed, children started and children waited on it did (the
+//! seams count them: `count`), so a test sees what the caller's path costs without strace.
+//! All are documented as test-only; without them nothing here does anything but count.
 
 use std::sync::OnceLock;
 
@@ -10,6 +13,7 @@ pub const ENV: &str = "ROGER_FAILPOINT";
 pub const TRUNCATE_ENV: &str = "ROGER_FAULT_TRUNCATE_AFTER_FSYNC";
 /// With `TRUNCATE_ENV`: only the staging file whose name is this one (one shard of many).
 pub const TRUNCATE_ONLY_ENV: &str = "ROGER_FAULT_TRUNCATE_ONLY";
+pub use crate::sys::opcount::{count, counts, write_counts, Op, COUNT_ENV};
 
 /// Every failpoint, in the order publish passes them.
 pub const ALL: &[&str] = &[

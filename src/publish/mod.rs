@@ -12,8 +12,10 @@
 pub mod chain;
 pub mod copy;
 pub mod direct;
+pub mod enqueue;
 pub mod failpoint;
 pub mod formats;
+pub mod intake;
 pub mod io;
 pub mod manifest;
 pub mod names;

@@ -75,6 +75,7 @@ pub fn remove_any(path: &Path) -> Result<()> {
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
     if meta.is_dir() {
+        super::failpoint::count(super::failpoint::Op::RemoveDir);
         std::fs::remove_dir_all(path)
     } else {
         std::fs::remove_file(path)

@@ -1,6 +1,8 @@
 //! The background publisher of one destination: a detached `roger publish --drain` process
 //! (its own session, so it outlives the training script that queued the work) that holds the
-//! destination's publisher lock and works the queue off oldest first, each entry through the
+//! destination's publisher lock, takes the callers' requests in from the journal (`intake`:
+//! at once, from a thread, so each `publish_queued` record lands while an earlier publish is
+//! still copying) and works the queue off oldest first, each entry through the
 //! same `publish` as a blocking call (its publish lock, copy, verify from disk, intent,
 //! rename, ledger, latest.json). Each entry ends with a `publish` record or a
 //! `publish-rejected` note carrying its `queue_id`, and only then leaves the queue. Started on
@@ -70,6 +72,19 @@ pub fn roger_exe() -> Option<PathBuf> {
         return None;
     }
     std::env::current_exe().ok()
+}
+
+/// `spawn`, for a caller that exits at once (`publish --detach`): the child is forked and
+/// left, never waited on (not even for its exec; a failed exec says so in the publisher's
+/// log, and the next roger command that finds work queued starts another).
+pub fn spawn_unwaited(dest: &Path, exe: &Path) -> Result<u32> {
+    crate::sys::detach::spawn_unwaited(
+        exe,
+        &["publish", "--drain", "--to"],
+        dest,
+        &queue::dir(dest).join(queue::LOG),
+    )
+    .with_context(|| format!("starting the background publisher {}", exe.display()))
 }
 
 /// Start `roger publish --drain --to DEST` in its own session, stdout and stderr appended to
@@ -154,7 +169,11 @@ pub fn drain(
             std::process::id().to_string().as_bytes(),
             crate::sys::fsx::Replace::new(crate::sys::fsx::Durability::Atomic, 0o644),
         );
+        let intake = Intake::start(dest);
         loop {
+            for line in super::intake::take_in(dest, clock)? {
+                eprintln!("roger: {line}");
+            }
             let (entries, bad) = {
                 let _q = queue::lock_queue(dest)?;
                 let (entries, bad) = queue::scan(dest)?;
@@ -179,10 +198,54 @@ pub fn drain(
                 Ended::Rejected { .. } => total.rejected += 1,
             }
         }
+        drop(intake);
         let _ = std::fs::remove_file(queue::dir(dest).join(queue::PUBLISHER_PID));
         drop(_lock);
         if queue::pending(dest)?.is_empty() {
             return Ok(Some(total));
+        }
+    }
+}
+
+/// The publisher's intake thread: while an entry is being published, requests the callers
+/// append are taken in (recorded, made entries) within `INTAKE_EVERY`.
+struct Intake {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+const INTAKE_EVERY: Duration = Duration::from_millis(100);
+
+impl Intake {
+    fn start(dest: &Path) -> Intake {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, dest) = (stop.clone(), dest.to_path_buf());
+        let journal = super::intake::path(&dest);
+        let thread = std::thread::Builder::new()
+            .name("intake".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(INTAKE_EVERY);
+                    // A stat while nothing is queued; the queue lock only when something is.
+                    if std::fs::metadata(&journal).is_ok_and(|m| m.len() > 0) {
+                        match super::intake::take_in(&dest, &crate::sys::SystemClock) {
+                            Ok(said) => said.iter().for_each(|l| eprintln!("roger: {l}")),
+                            Err(e) => eprintln!("roger: warning: taking queued requests in: {e:#} (tried again after this publish)"),
+                        }
+                    }
+                }
+            })
+            .ok();
+        Intake { stop, thread }
+    }
+}
+
+impl Drop for Intake {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }

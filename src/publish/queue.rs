@@ -1,17 +1,17 @@
 //! The publish queue of one destination (`DEST/.roger-queue/`): `roger publish --detach`
-//! checks the source, snapshots it with a reflink where the filesystem can, writes one entry
-//! (`<id>.json`, atomically and durably) and a `publish_queued` ledger record, and returns; the
-//! background publisher (`publisher`) works the entries off in id order (FIFO). An entry is
-//! removed only after its `publish` record or its `publish-rejected` note exists, so a crash
-//! anywhere leaves work the next roger command resumes, never a queued publish forgotten.
-//! `pending` lists the queue for `roger status` and the report.
+//! checks the source, snapshots it with a reflink where the destination can (what it can is
+//! learnt on the first try and remembered), appends its request durably to the journal
+//! (`intake`: one fsync) and returns; the background publisher (`publisher`) takes requests in
+//! (each an entry `<id>.json` and a `publish_queued` ledger record) and works the entries off
+//! in id order (FIFO). An entry is removed only after its `publish` record or its
+//! `publish-rejected` note exists, so a crash anywhere leaves work the next roger command
+//! resumes, never a queued publish forgotten. `pending` lists the queue (journal and
+//! entries) for `roger status` and the report.
 
 use super::source::SrcFile;
-use super::{manifest, place, preflight, reflink, source, Request};
-use crate::ledger::{Entry, Kind, Ledger};
-use crate::sys::disk::DiskProbe;
+use super::{manifest, place, Request};
+use crate::ledger::{Entry, Kind};
 use crate::sys::fsx;
-use crate::sys::Clock;
 use anyhow::{anyhow, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -97,15 +97,40 @@ fn entry_path(dest: &Path, id: &str) -> PathBuf {
     dir(dest).join(format!("{id}{ENTRY_EXT}"))
 }
 
-fn snapshot_root(dest: &Path, id: &str) -> PathBuf {
+/// Whether the request `id` has its entry (it was taken in from the journal).
+pub fn entry_exists(dest: &Path, id: &str) -> bool {
+    entry_path(dest, id).exists()
+}
+
+/// Write `q`'s entry, atomically and durably (the publisher, taking a request in).
+pub fn write_entry(dest: &Path, q: &Queued) -> Result<()> {
+    manifest::write_json(&dir(dest), &format!("{}{ENTRY_EXT}", q.id), q)?;
+    Ok(())
+}
+
+pub(super) fn snapshot_root(dest: &Path, id: &str) -> PathBuf {
     dir(dest).join(format!("{id}.snap"))
 }
 
 /// Queue entries that cannot be read: (path, why).
 pub type Unreadable = Vec<(PathBuf, String)>;
 
-/// The queue, oldest first, and the entries that cannot be read.
+/// The queue, oldest first (requests still in the journal and entries), and the entries that
+/// cannot be read (the journal's own unreadable lines are the publisher's to set aside).
 pub fn scan(dest: &Path) -> Result<(Vec<Queued>, Unreadable)> {
+    // The journal before the entries: a request taken in between is then seen in one or both.
+    let (journal, _) = super::intake::read(dest)?;
+    let (mut ok, bad) = scan_entries(dest)?;
+    for q in journal {
+        if !ok.iter().any(|e| e.id == q.id) {
+            ok.push(q);
+        }
+    }
+    ok.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok((ok, bad))
+}
+
+fn scan_entries(dest: &Path) -> Result<(Vec<Queued>, Unreadable)> {
     let d = dir(dest);
     let rd = match std::fs::read_dir(&d) {
         Ok(rd) => rd,
@@ -284,129 +309,10 @@ pub fn queued_entry(q: &Queued) -> Entry {
         )
 }
 
-/// `publish --detach`: check the source, snapshot it where possible, queue it durably and
-/// record `publish_queued`. `start` (the caller's: start the background publisher) runs once
-/// the queue lock is held, before the durable writes, so the publisher process starts up
-/// while they go on; it reads the queue only under the same lock, so it finds the entry and
-/// its record whole, or (when queueing fails) nothing, and leaves.
-pub fn enqueue<R>(
-    req: &Request,
-    disk: &dyn DiskProbe,
-    clock: &dyn Clock,
-    start: impl FnOnce(&Path) -> R,
-) -> Result<(Queued, R)> {
-    let pre = preflight(req)?;
-    fsx::create_dirs_durably(&pre.dest_abs)?;
-    let dest = std::fs::canonicalize(&pre.dest_abs)?;
-    fsx::create_dirs_durably(&dir(&dest))?;
-    let _lock = lock_queue(&dest)?;
-    let started = start(&dest);
-    let (queued, _) = scan(&dest)?;
-    if !pre.in_place {
-        let ahead = queued_bytes(&queued);
-        let space = disk.space(&dest)?;
-        super::check_space(
-            pre.size.saturating_add(ahead),
-            req.margin,
-            space.avail,
-            place::reclaimable(&dest),
-            &dest,
-        )
-        .map_err(|e| {
-            if ahead > 0 {
-                e.context(format!(
-                    "{} queued publish(es) ahead of this one will take {} of it",
-                    queued.len(),
-                    crate::config::units::format_bytes(ahead)
-                ))
-            } else {
-                e
-            }
-        })?;
-    }
-    let now = clock.now();
-    let nanos = now.timestamp_nanos_opt().unwrap_or(0).max(0) as u128;
-    let id = next_id(&queued, nanos);
-    let (src, snapshot, no_snapshot, files) = if pre.in_place {
-        (pre.src.clone(), None, None, pre.before.clone())
-    } else {
-        let root = snapshot_root(&dest, &id);
-        std::fs::create_dir(&root).with_context(|| format!("creating {}", root.display()))?;
-        let snap = root.join(&pre.name);
-        let list: Vec<(String, &Path)> = pre
-            .before
-            .iter()
-            .map(|f| (f.rel.clone(), f.path.as_path()))
-            .collect();
-        match reflink::snapshot(&pre.src, &list, &snap) {
-            Ok(Ok(())) => {
-                // The clone must be of the bytes the stamps describe.
-                if let Err(e) = source::unchanged(&pre.src, pre.layout, &pre.before) {
-                    let _ = place::remove_any(&root);
-                    return Err(e);
-                }
-                place::fsync_dirs(&root)?;
-                let files = source::snapshot(&snap, pre.layout)?;
-                (snap, Some(root.join(&pre.name)), None, files)
-            }
-            Ok(Err(why)) => {
-                place::remove_any(&root)?;
-                (pre.src.clone(), None, Some(why), pre.before.clone())
-            }
-            Err(e) => {
-                let _ = place::remove_any(&root);
-                return Err(e);
-            }
-        }
-    };
-    let ticket = Ticket {
-        id: id.clone(),
-        queued_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        files: files
-            .iter()
-            .map(|f| Stamp {
-                rel: f.rel.clone(),
-                size: f.size,
-                mtime: f.mtime,
-            })
-            .collect(),
-    };
-    let q = Queued {
-        id: id.clone(),
-        source: pre.src.clone(),
-        target: dest.join(&pre.name),
-        snapshot,
-        no_snapshot,
-        size: pre.size,
-        files: files.len(),
-        step: req.step.or_else(|| super::names::step_from_name(&pre.name)),
-        in_place: pre.in_place,
-        queued_at: ticket.queued_at.clone(),
-        // Absolute: the publisher runs elsewhere (its working directory is the destination).
-        request: Request {
-            src,
-            dest: dest.clone(),
-            step: req.step,
-            ledger: std::path::absolute(&req.ledger)?,
-            quarantine_dir: std::path::absolute(&req.quarantine_dir)?,
-            config: req.config.as_deref().map(std::path::absolute).transpose()?,
-            queue: Some(ticket),
-            remote: None,
-            ..req.clone()
-        },
-    };
-    manifest::write_json(&dir(&dest), &format!("{id}{ENTRY_EXT}"), &q)?;
-    if let Err(e) = Ledger::new(&req.ledger).append(queued_entry(&q), now) {
-        // Not queued after all: no record, no entry.
-        let _ = remove(&dest, &q);
-        return Err(e).context("recording the queued publish; nothing was queued");
-    }
-    Ok((q, started))
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::publish::source;
 
     /// A queue entry of `size` bytes (also for the report's tests).
     pub(crate) fn q(id: &str, size: u64, in_place: bool) -> Queued {

@@ -2,7 +2,9 @@
 //! source's blocks, costs no data copy, and keeps the bytes it was taken with when the source
 //! is later overwritten or deleted. `publish --detach` snapshots the source this way so the
 //! caller may reuse its file at once; elsewhere (ext4, tmpfs, across filesystems) the clone is
-//! refused and the caller must leave the source alone until it is published.
+//! refused and the caller must leave the source alone until it is published. What a
+//! destination can do is learnt on the first try and remembered (`MEMORY` in its queue dir,
+//! per source filesystem), so later detaches there skip a try bound to fail.
 
 use anyhow::{Context, Result};
 use std::fs::{File, OpenOptions};
@@ -12,6 +14,56 @@ use std::path::Path;
 
 /// Why no snapshot was taken, in words (for the record and stderr).
 pub type Refused = String;
+
+/// The queue dir's memory of what the destination can do, per source filesystem.
+pub const MEMORY: &str = "reflink.known";
+
+/// What the first try found for sources on one filesystem (device number).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Known {
+    pub reflink: bool,
+    pub why: Option<String>,
+    pub learned_at: String,
+}
+
+fn memory(queue_dir: &Path) -> std::collections::BTreeMap<String, Known> {
+    // Unreadable (edited, torn): as if nothing were known; the next try writes it anew.
+    std::fs::read_to_string(queue_dir.join(MEMORY))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+fn key(dev: u64) -> String {
+    format!("source device {dev}")
+}
+
+/// What is known of snapshots from sources on device `dev` into this queue dir.
+pub fn remembered(queue_dir: &Path, dev: u64) -> Option<Known> {
+    memory(queue_dir).remove(&key(dev))
+}
+
+/// Remember (durably: a destination that cannot clone is then never tried again) what a try
+/// found.
+pub fn remember(
+    queue_dir: &Path,
+    dev: u64,
+    reflink: bool,
+    why: Option<&str>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<()> {
+    let mut all = memory(queue_dir);
+    all.insert(
+        key(dev),
+        Known {
+            reflink,
+            why: why.map(str::to_string),
+            learned_at: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        },
+    );
+    super::manifest::write_json(queue_dir, MEMORY, &all)?;
+    Ok(())
+}
 
 fn clone_file(src: &Path, dst: &Path) -> std::result::Result<(), std::io::Error> {
     let input = File::open(src)?;
@@ -29,6 +81,7 @@ fn clone_file(src: &Path, dst: &Path) -> std::result::Result<(), std::io::Error>
         return Err(e);
     }
     // The clone's metadata must survive a crash like any queued intent.
+    super::failpoint::count(super::failpoint::Op::Fsync);
     out.sync_all()?;
     Ok(())
 }
@@ -49,6 +102,7 @@ pub fn snapshot(
     };
     let is_dir = src.is_dir();
     if is_dir {
+        super::failpoint::count(super::failpoint::Op::MakeDir);
         std::fs::create_dir(dst).with_context(|| format!("creating {}", dst.display()))?;
     }
     for (rel, path) in files {
@@ -97,5 +151,19 @@ mod tests {
         let r = snapshot(&src, &[(String::new(), src.as_path())], &dst).unwrap();
         assert!(r.unwrap_err().contains("no reflink snapshot"));
         assert!(!dst.exists(), "nothing left behind");
+    }
+
+    #[test]
+    fn what_a_try_found_is_remembered_per_source_filesystem() {
+        let d = tempfile::tempdir().unwrap();
+        let now = chrono::Utc::now();
+        assert_eq!(remembered(d.path(), 7), None);
+        remember(d.path(), 7, false, Some("no reflink snapshot (x)"), now).unwrap();
+        remember(d.path(), 8, true, None, now).unwrap();
+        let k = remembered(d.path(), 7).unwrap();
+        assert!(!k.reflink && k.why.as_deref() == Some("no reflink snapshot (x)"));
+        assert!(remembered(d.path(), 8).unwrap().reflink);
+        std::fs::write(d.path().join(MEMORY), b"{torn").unwrap();
+        assert_eq!(remembered(d.path(), 7), None, "unreadable: tried again");
     }
 }

@@ -113,7 +113,7 @@ pub struct Headline {
     /// A standing overfitting verdict: the best eval, how far the eval rose since, and the
     /// checkpoint it marks (`critic::overfit`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub overfitting: Option<crate::critic::overfit::Standing>,
+    pub overfitting: Option<crate::checkpoints::best::Standing>,
 }
 
 /// The bucket side of the run, from the ledger (`remote::records::summary`).
@@ -409,7 +409,7 @@ pub fn build(
         log_garbage: log.garbage,
         queued_publishes: None,
         bucket: None,
-        overfitting: crate::critic::overfit::standing_refs(mine, &cfg.run.name),
+        overfitting: crate::checkpoints::best::standing_refs(mine, &cfg.run.name),
     }
 }
 

@@ -64,6 +64,7 @@ fn cannot_fsync_dirs(e: &std::io::Error) -> Option<&'static str> {
 /// and answered with [`DirSync::Unsupported`]; any other failure is an error.
 pub fn fsync_dir(dir: &Path) -> Result<DirSync> {
     let f = File::open(dir).with_context(|| format!("opening directory {}", dir.display()))?;
+    crate::sys::opcount::count(crate::sys::opcount::Op::Fsync);
     match f.sync_all() {
         Ok(()) => Ok(DirSync::Ok),
         Err(e) => match cannot_fsync_dirs(&e) {
@@ -128,6 +129,7 @@ pub fn create_dirs_durably(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating directory {}", dir.display()))?;
     for d in missing.iter().rev() {
+        crate::sys::opcount::count(crate::sys::opcount::Op::MakeDir);
         fsync_dir(parent_dir(d))?;
     }
     Ok(())
@@ -232,6 +234,7 @@ impl AtomicFile {
         } = self;
         if durability == Durability::Durable {
             // An fsync error is not retried: the temporary is dropped (removed) with it.
+            crate::sys::opcount::count(crate::sys::opcount::Op::Fsync);
             tmp.as_file()
                 .sync_all()
                 .with_context(|| format!("fsync of {}", tmp.path().display()))?;

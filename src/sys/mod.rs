@@ -19,6 +19,7 @@ pub mod environ;
 pub mod fskind;
 pub mod fsx;
 pub mod host;
+pub mod opcount;
 pub mod owner;
 pub mod pidinfo;
 pub mod proc;

@@ -3,6 +3,7 @@
 //! crashed publisher resumed by the next command, sharded directories (one shard truncated
 //! after fsync rejects the whole directory), and a reflink snapshot on a btrfs loop image.
 
+mod caller;
 mod kill;
 mod reflink;
 
@@ -51,7 +52,7 @@ pub fn publisher_pid(dest: &Path) -> Option<i32> {
     None
 }
 
-fn ck(env: &Env) -> PathBuf {
+pub fn ck(env: &Env) -> PathBuf {
     std::fs::create_dir_all(env.path("ck")).unwrap();
     std::fs::canonicalize(env.path("ck")).unwrap()
 }
@@ -84,7 +85,16 @@ fn detach_queues_durably_then_publishes_in_queue_order_and_a_blocking_publish_wa
     // The publisher waits behind the lock: everything is queued, nothing published.
     let ids = queue_ids(&ck);
     assert_eq!(ids.len(), 3);
-    let recs = ledger_records(&ck.join("roger-ledger.jsonl"));
+    // The caller's one durable act is the queue entry; the running publisher records each
+    // `publish_queued` as it takes the request in (within a moment, while it waits).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let recs = loop {
+        let recs = ledger_records(&ck.join("roger-ledger.jsonl"));
+        if kind(&recs, "publish_queued").len() >= 3 || Instant::now() > deadline {
+            break recs;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let queued = kind(&recs, "publish_queued");
     assert_eq!(queued.len(), 3);
     assert!(kind(&recs, "publish").is_empty());
@@ -359,18 +369,22 @@ fn config_detach_queues_by_default_with_retention_and_no_detach_blocks() {
     assert!(!env.path("ckpts/ckpt-10.pt").exists());
     assert!(env.path("ckpts/ckpt-20.pt").exists());
     let recs = ledger_records(&env.path("logs/ledger.jsonl"));
-    let kinds: Vec<&str> = recs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
-    assert_eq!(
-        kinds,
-        [
-            "publish_queued",
-            "publish_queued",
-            "publish",
-            "publish",
-            "prune",
-            "note"
-        ]
+    // Each request is recorded by the publisher as it takes it in (the second may land after
+    // the first publish), always before its own publish.
+    let kinds: Vec<(&str, u64)> = recs
+        .iter()
+        .map(|r| (r["kind"].as_str().unwrap(), r["step"].as_u64().unwrap_or(0)))
+        .collect();
+    let at = |k: &str, step: u64| kinds.iter().position(|x| *x == (k, step)).unwrap();
+    assert!(at("publish_queued", 10) < at("publish", 10), "{kinds:?}");
+    assert!(at("publish_queued", 20) < at("publish", 20), "{kinds:?}");
+    assert!(
+        at("publish_queued", 10) < at("publish_queued", 20),
+        "{kinds:?}"
     );
+    assert!(at("publish", 10) < at("publish", 20), "{kinds:?}");
+    let tail: Vec<&str> = kinds[4..].iter().map(|x| x.0).collect();
+    assert_eq!((kinds.len(), tail), (6, vec!["prune", "note"]), "{kinds:?}");
     assert!(recs.iter().all(|r| r["run"] == "llama"));
     let waited = recs.last().unwrap();
     assert_eq!(waited["event"], "publish-waited");

@@ -10,7 +10,7 @@
 //! fail, the newest checkpoint before its onset (and before onset − `rollback_margin_steps`);
 //! while a critic judges the run, the newest checkpoint it vouched for; anything quarantined;
 //! the checkpoint at (or nearest before) the best eval that a standing overfitting verdict
-//! names (`critic::overfit::standing`); with a bucket configured, every checkpoint whose bucket copy is not verified. The rules
+//! names (`checkpoints::best::standing`); with a bucket configured, every checkpoint whose bucket copy is not verified. The rules
 //! live in the planning function, not in its callers, so no caller can forget one.
 
 use crate::checkpoints::{self, Checkpoint};

@@ -44,9 +44,9 @@ fn kept(path: &Path, why: impl Into<String>) -> Protected {
 }
 
 /// The checkpoint at (or nearest before) the best eval that a standing overfitting verdict
-/// names (`critic::overfit::standing`): where the run was best, kept while the verdict stands.
+/// names (`checkpoints::best::standing`): where the run was best, kept while the verdict stands.
 pub fn best_eval_while_overfitting(f: &mut Facts) -> Vec<Protected> {
-    let Some(s) = crate::critic::overfit::standing(f.records, f.run) else {
+    let Some(s) = crate::checkpoints::best::standing(f.records, f.run) else {
         return Vec::new();
     };
     let Some(c) = s.mark.checkpoint.as_ref() else {
@@ -62,7 +62,7 @@ pub fn best_eval_while_overfitting(f: &mut Facts) -> Vec<Protected> {
             "the checkpoint {} the best eval (step {}, loss {}) named by a standing overfitting verdict (#{})",
             if c.relation == "at" { "at" } else { "nearest before" },
             s.mark.step,
-            crate::critic::fmt(s.mark.eval_loss),
+            s.mark.eval_loss,
             s.seq
         ),
     )]
