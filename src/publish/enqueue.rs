@@ -188,7 +188,8 @@ fn snapshot_source(dest: &Path, id: &str, pre: &super::preflight::Preflight) -> 
                 let _ = place::remove_any(&root);
                 return Err(e);
             }
-            place::fsync_dirs(&root)?;
+            // Made durable by the publisher as it takes the request in (reflink::make_durable):
+            // the caller's one fsync is its journal line.
             let files = source::snapshot(&snap, pre.layout)?;
             Ok((snap.clone(), Some(snap), None, files))
         }

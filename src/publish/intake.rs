@@ -144,6 +144,7 @@ pub fn take_in(dest: &Path, clock: &dyn Clock) -> Result<Vec<String>> {
     let mut records: std::collections::HashMap<PathBuf, Vec<crate::ledger::Record>> =
         Default::default();
     let mut taken = 0;
+    let mut lost = Vec::new();
     let text = loop {
         let text = {
             let _q = queue::lock_queue(dest)?;
@@ -172,6 +173,16 @@ pub fn take_in(dest: &Path, clock: &dyn Clock) -> Result<Vec<String>> {
             if super::publisher::ended(recs, &q.id).is_some() {
                 continue;
             }
+            // The caller left its reflink snapshot unsynced (its one fsync is the journal line).
+            // One lost to a crash is said here and fails the publish's stamp check, recorded.
+            if let Some(snap) = &q.snapshot {
+                if let Err(e) = super::reflink::make_durable(snap) {
+                    lost.push(format!(
+                        "queued publish {}: its reflink snapshot could not be made durable: {e:#}",
+                        q.id
+                    ));
+                }
+            }
             let recorded = recs.iter().any(|r| {
                 r.kind == Kind::PublishQueued && r.str_field("queue_id") == Some(q.id.as_str())
             });
@@ -188,7 +199,7 @@ pub fn take_in(dest: &Path, clock: &dyn Clock) -> Result<Vec<String>> {
         }
         taken = text.len();
     };
-    let mut said = Vec::new();
+    let mut said = lost;
     if taken == 0 {
         return Ok(said);
     }

@@ -20,8 +20,21 @@ pub struct Preflight {
 }
 
 pub fn preflight(req: &Request) -> Result<Preflight> {
+    // A queued publish of the reflink snapshot its caller took (in the queue directory).
+    let lost = || {
+        let snapshot = req.queue.is_some()
+            && req
+                .src
+                .components()
+                .any(|c| c.as_os_str() == super::queue::DIR);
+        if snapshot {
+            " (the reflink snapshot taken when it was queued: lost or cut short by a crash before the publisher made it durable; publish the checkpoint again)"
+        } else {
+            ""
+        }
+    };
     let src = std::fs::canonicalize(&req.src)
-        .with_context(|| format!("source checkpoint {}", req.src.display()))?;
+        .with_context(|| format!("source checkpoint {}{}", req.src.display(), lost()))?;
     let name = names::file_name(&src)?;
     let own: Vec<&Path> = [Some(req.ledger.as_path()), req.config.as_deref()]
         .into_iter()
@@ -40,8 +53,9 @@ pub fn preflight(req: &Request) -> Result<Preflight> {
     if let Some(t) = &req.queue {
         if let Some(what) = source::diff(&t.expected(&src), &before) {
             bail!(
-                "{}: the source changed after it was queued ({what}) and before it was copied: the caller must leave it untouched until it is published (or use a filesystem with reflinks, where roger snapshots it)",
-                src.display()
+                "{}: the source changed after it was queued ({what}) and before it was copied{}: the caller must leave it untouched until it is published (or use a filesystem with reflinks, where roger snapshots it)",
+                src.display(),
+                lost()
             );
         }
     }
