@@ -136,7 +136,12 @@ fn compare(env: &Env, log: &str, what: &str) {
     );
     // No cache: the first look (from the end, when the log allows it).
     std::fs::write(env.path("roger-ledger.jsonl"), &ledger).unwrap();
-    std::fs::remove_file(&cache).unwrap();
+    std::fs::remove_file(&cache).unwrap_or_else(|e| {
+        panic!(
+            "{log} {what}: the critic wrote no cache {}: {e}",
+            cache.display()
+        )
+    });
     let first = judge(env, &[]);
     assert_eq!(first.0, full.0, "{log} {what}: first-look verdict differs");
     let (first, full) = (without_counts(first.1), without_counts(full.1));

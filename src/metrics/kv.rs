@@ -249,6 +249,9 @@ pub struct KvParser {
     step_key: String,
     /// Whether epochs count from 0 or 1, once the first `[E][I/N]` line said.
     epoch_base: Option<u64>,
+    /// A sample was read whose step is a named counter (`iter: 19`), no `[E][I/N]` before it:
+    /// the log counts its steps by name, and a part read elsewhere needs no epoch base.
+    named_steps: bool,
 }
 
 impl KvParser {
@@ -275,6 +278,7 @@ impl KvParser {
             keys: Keys::new(&m),
             step_key: m.step.clone(),
             epoch_base: None,
+            named_steps: false,
         }
     }
 
@@ -337,17 +341,19 @@ impl LineParser for KvParser {
         if !any || only_step {
             return Parsed::Skip;
         }
+        self.named_steps |= l.epoch_iter.is_none() && self.epoch_base.is_none();
         fields.finish(&self.keys, &self.step_key)
     }
 
     fn reset(&mut self) {
         self.epoch_base = None;
+        self.named_steps = false;
     }
 
     fn fork(&self) -> Option<Box<dyn LineParser>> {
-        // Until the first `[E][I/N]` line, a part read elsewhere could not know the base.
-        self.epoch_base
-            .is_some()
+        // Until the first `[E][I/N]` line, a part read elsewhere could not know the base;
+        // a log whose first sample counts its steps by name (detectron2's `iter: 19`) has none.
+        (self.epoch_base.is_some() || self.named_steps)
             .then(|| Box::new(self.clone()) as Box<dyn LineParser>)
     }
 }
