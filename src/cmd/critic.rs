@@ -314,11 +314,7 @@ fn status_word(s: Status) -> &'static str {
 fn human_text(v: &Verdict, cfg: &Config, filing: Filing, on: bool) -> String {
     use std::fmt::Write;
     // The axis as the config counts it: `step 420`, `epoch 37/100`.
-    let total = cfg
-        .schedule
-        .as_ref()
-        .and_then(|s| s.total_steps)
-        .or(cfg.metrics.planned_total);
+    let total = cfg.planned_last();
     let step = v
         .step
         .map_or(format!("{} -", cfg.metrics.unit.word()), |s| {

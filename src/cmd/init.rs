@@ -229,6 +229,12 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
         passed_over,
         baseline,
         written_at: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        hints: init::fit::Hints {
+            yolo: trainer
+                .as_ref()
+                .is_some_and(|t| t.name.starts_with("Ultralytics")),
+            zero_based: read.samples.first().is_some_and(|s| s.step == 0),
+        },
     };
     let proposal = init::infer(&input);
     // What init writes must load: a file roger cannot read would be init's own bug.

@@ -31,6 +31,13 @@ pub enum ScheduleKind {
     Sgdr,
     /// PyTorch ReduceLROnPlateau: no curve; the lr never rises and drops only by `factor`.
     Plateau,
+    /// Ultralytics YOLO's linear `lf`: lr0 × ((1 - e/epochs)(1 - lrf) + lrf) over the 0-based
+    /// epoch `e`, decaying from epoch 0 (not from the warmup's end), the warmup a ramp that
+    /// multiplies it. Steps are results.csv's epochs (counted from 1); `total_steps` is
+    /// `epochs`, `min_lr` lr0 × lrf.
+    YoloLinear,
+    /// Ultralytics YOLO with `cos_lr`: its `one_cycle` cosine from lr0 to lr0 × lrf.
+    YoloCos,
 }
 
 /// OneCycleLR's annealing.

@@ -127,6 +127,16 @@ pub struct Config {
 }
 
 impl Config {
+    /// The run's planned last step as its log counts them: `[metrics] planned_total` (the
+    /// run's own arguments, on the log's axis), else `[schedule] total_steps`. They differ
+    /// where the schedule's total is a curve parameter off the axis: YOLO's `epochs` for a
+    /// log counting epochs from 0 ends one short of it.
+    pub fn planned_last(&self) -> Option<u64> {
+        self.metrics
+            .planned_total
+            .or_else(|| self.schedule.as_ref().and_then(|s| s.total_steps))
+    }
+
     /// Read and validate a config file.
     pub fn load(path: &Path) -> Result<Config> {
         let text = std::fs::read_to_string(path)
@@ -287,6 +297,8 @@ pub fn kind_name(k: ScheduleKind) -> &'static str {
         ScheduleKind::CosineRestarts => "cosine-restarts",
         ScheduleKind::Sgdr => "sgdr",
         ScheduleKind::Plateau => "plateau",
+        ScheduleKind::YoloLinear => "yolo-linear",
+        ScheduleKind::YoloCos => "yolo-cos",
     }
 }
 

@@ -14,6 +14,8 @@ pub fn needs_total(kind: ScheduleKind) -> bool {
             | ScheduleKind::Polynomial
             | ScheduleKind::OneCycle
             | ScheduleKind::CosineRestarts
+            | ScheduleKind::YoloLinear
+            | ScheduleKind::YoloCos
     )
 }
 

@@ -310,11 +310,7 @@ pub fn observe(h: &History, cfg: &Config, now: f64, gpu_vram: Option<GpuVram>) -
         .or(window.first().map(|s| s.step))
         .map(|from| h.between.since(from));
     let schedule = cfg.schedule.as_ref().map(|s| s.resolved(h.total_steps));
-    let total_steps = cfg
-        .schedule
-        .as_ref()
-        .and_then(|s| s.total_steps)
-        .or(h.total_steps);
+    let total_steps = cfg.planned_last().or(h.total_steps);
     let lr_resolution = super::stale::printed_resolution(
         h.lr_run
             .iter()

@@ -166,7 +166,7 @@ pub fn ended_on_floor(
     use crate::config::ScheduleKind as K;
     if !matches!(
         s.kind,
-        K::Cosine | K::Linear | K::Wsd | K::Polynomial | K::OneCycle
+        K::Cosine | K::Linear | K::Wsd | K::Polynomial | K::OneCycle | K::YoloLinear | K::YoloCos
     ) || lr_step >= total
     {
         return false;

@@ -78,7 +78,24 @@ pub enum FitOutcome {
 /// starts late in the warmup, after it, or at an already decayed lr fits as exactly as one
 /// that starts at step 0. Kinds are then compared with the critic's own deviation
 /// (`schedule::deviation`), so "fits" means "the lr check would pass".
+#[cfg(test)]
 pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
+    fit_with(points, total, &Hints::default())
+}
+
+/// What the run's trainer says about its schedule, beyond the lr it logged.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hints {
+    /// Ultralytics YOLO: its own `lf` curves (yolo-linear, yolo-cos) are candidates, ranked
+    /// first among equals, and the total is its `epochs`.
+    pub yolo: bool,
+    /// The log counts epochs from 0 (YOLOv5, early v8): the declared total is the last
+    /// epoch, one short of `epochs`.
+    pub zero_based: bool,
+}
+
+/// [`fit`] with the trainer's [`Hints`].
+pub fn fit_with(points: &[(u64, f64)], total: Option<u64>, hints: &Hints) -> FitOutcome {
     let mut pts: Vec<(u64, f64)> = points
         .iter()
         .copied()
@@ -128,9 +145,22 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
             t_lo: (pts[top].0 + 1).max(last / 4).max(2),
             t_hi: last.max(1).saturating_mul(20),
         };
-        let shapes = KINDS
-            .map(|kind| Shape { kind, power: None })
-            .into_iter()
+        let yolo_kinds: &[ScheduleKind] = if hints.yolo {
+            &[ScheduleKind::YoloLinear, ScheduleKind::YoloCos]
+        } else {
+            &[]
+        };
+        // YOLO's total is `epochs`: a log counting from 0 declares the last, one short.
+        let yolo_space = Space {
+            total: total.map(|t| t + u64::from(hints.zero_based)),
+            w_hi: space.w_hi + 1,
+            ..space
+        };
+        let sparse_from_1: Vec<(u64, f64)> = sparse.iter().map(|p| (p.0 + 1, p.1)).collect();
+        let shapes = yolo_kinds
+            .iter()
+            .map(|&kind| Shape { kind, power: None })
+            .chain(KINDS.map(|kind| Shape { kind, power: None }))
             .chain(POWERS.map(|p| Shape {
                 kind: ScheduleKind::Polynomial,
                 power: Some(p),
@@ -147,17 +177,28 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
                     scored.push((s, sc));
                 }
             }
-            let Some((mut s, p0, e0)) = fit_kind(shape, &space, &sparse, None) else {
+            let space = if is_yolo(shape.kind) {
+                &yolo_space
+            } else {
+                &space
+            };
+            // YOLO's curve counts epochs from 1; a log counting from 0 is fitted one on.
+            let pts_of = if is_yolo(shape.kind) && hints.zero_based {
+                &sparse_from_1
+            } else {
+                &sparse
+            };
+            let Some((mut s, p0, e0)) = fit_kind(shape, space, pts_of, None) else {
                 continue;
             };
             // Loggers print the lr of a step or a few before (HF: the step before; under
             // AMP a few more): the same curve `lag` steps later fits such a log exactly,
             // and warmup/total come out as the trainer declared them.
-            let mut on = sparse.clone();
+            let mut on = pts_of.clone();
             let mse = |e: f64, n: usize| e / n.max(1) as f64;
-            let mut best = mse(e0, sparse.len());
+            let mut best = mse(e0, pts_of.len());
             for lag in 1..=STEP_SLACK {
-                let shifted: Vec<(u64, f64)> = sparse
+                let shifted: Vec<(u64, f64)> = pts_of
                     .iter()
                     .filter(|p| p.0 >= lag)
                     .map(|p| (p.0 - lag, p.1))
@@ -175,7 +216,7 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
                 if best.sqrt() <= 1e-7 * max_lr {
                     break;
                 }
-                if let Some((c, _, e)) = fit_kind(shape, &space, &shifted, Some(start)) {
+                if let Some((c, _, e)) = fit_kind(shape, space, &shifted, Some(start)) {
                     if mse(e, shifted.len()) < 0.5 * best {
                         (s, best, on) = (c, mse(e, shifted.len()), shifted);
                     }
@@ -216,7 +257,8 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
     }
     s.tolerance = tolerance_for(all.max_dev);
     // A kind that needs no total still carries a declared one: the run's end is known.
-    if let Some(t) = total.filter(|t| *t > s.warmup_steps) {
+    // (YOLO's total is its `epochs`, set by the fit.)
+    if let Some(t) = total.filter(|t| *t > s.warmup_steps && !is_yolo(s.kind)) {
         s.total_steps = Some(t);
     }
     let warmup_unseen = !still_rising && pts[0].0 >= s.warmup_steps;
@@ -233,11 +275,16 @@ pub fn fit(points: &[(u64, f64)], total: Option<u64>) -> FitOutcome {
     }))
 }
 
+fn is_yolo(kind: ScheduleKind) -> bool {
+    matches!(kind, ScheduleKind::YoloLinear | ScheduleKind::YoloCos)
+}
+
 fn needs_total_or(kind: ScheduleKind) -> bool {
     crate::config::needs_total(kind)
 }
 
 /// Where the integer parameters are searched.
+#[derive(Clone, Copy)]
 struct Space {
     /// Warmup is searched in `0..=w_hi`.
     w_hi: u64,
@@ -283,7 +330,12 @@ fn unit(kind: ScheduleKind, w: u64, t: Option<u64>, d: Option<u64>) -> ScheduleC
 fn has_floor(kind: ScheduleKind) -> bool {
     matches!(
         kind,
-        ScheduleKind::Linear | ScheduleKind::Cosine | ScheduleKind::Wsd | ScheduleKind::Polynomial
+        ScheduleKind::Linear
+            | ScheduleKind::Cosine
+            | ScheduleKind::Wsd
+            | ScheduleKind::Polynomial
+            | ScheduleKind::YoloLinear
+            | ScheduleKind::YoloCos
     )
 }
 
@@ -305,15 +357,23 @@ fn schedule_of(shape: Shape, p: Params) -> ScheduleConfig {
 }
 
 /// Least squares peak and min for a shape: `lr = peak·a + min·b`, where in the warmup
-/// `a = step/warmup, b = 0` and after it `a = f, b = 1 - f`. Returns (peak, min, sse).
+/// `a = step/warmup, b = 0` and after it `a = f, b = 1 - f` (YOLO: both times its ramp).
+/// Returns (peak, min, sse).
 fn solve(shape: &ScheduleConfig, pts: &[(u64, f64)], fixed_peak: Option<f64>) -> (f64, f64, f64) {
     let floor = has_floor(shape.kind);
+    // Every kind is linear in (peak, min): a is the curve with peak 1 and min 0, b with peak
+    // 0 and min 1 (outside the warmup 1 - a; under YOLO's ramp, the ramp times that).
+    let floor_only = ScheduleConfig {
+        peak_lr: 0.0,
+        min_lr: 1.0,
+        ..shape.clone()
+    };
     let cols: Vec<(f64, f64, f64)> = pts
         .iter()
         .map(|&(step, lr)| {
             let a = schedule::expected(shape, step);
-            let b = if floor && step >= shape.warmup_steps {
-                1.0 - a
+            let b = if floor {
+                schedule::expected(&floor_only, step)
             } else {
                 0.0
             };
@@ -811,6 +871,7 @@ pub fn round_sig(x: f64, n: i32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::f64::consts::PI;
 
     fn sample(s: &ScheduleConfig, every: u64, until: u64) -> Vec<(u64, f64)> {
         (1..=until / every)
@@ -1111,5 +1172,103 @@ mod tests {
         assert_eq!(tolerance_for(0.0), 0.002);
         assert_eq!(tolerance_for(0.005), 0.01);
         assert_eq!(tolerance_for(0.03), 0.06);
+    }
+
+    /// Ultralytics' own arithmetic (ultralytics/engine/trainer.py), iteration by iteration:
+    /// the warmup interpolates from 0 to lr0·lf(epoch) over max(warmup_epochs × nb, 100)
+    /// iterations, results.csv logs each epoch's last lr with the epoch counted from 1.
+    fn yolo_csv(
+        cos: bool,
+        lr0: f64,
+        lrf: f64,
+        epochs: u64,
+        warmup: f64,
+        nb: u64,
+    ) -> Vec<(u64, f64)> {
+        let lf = |e: f64| {
+            if cos {
+                ((1.0 - (e * PI / epochs as f64).cos()) / 2.0) * (lrf - 1.0) + 1.0
+            } else {
+                (1.0 - e / epochs as f64).max(0.0) * (1.0 - lrf) + lrf
+            }
+        };
+        let nw = ((warmup * nb as f64).round() as u64).max(100);
+        (0..epochs)
+            .map(|e| {
+                let ni = (e + 1) * nb - 1;
+                let target = lr0 * lf(e as f64);
+                let lr = if ni <= nw {
+                    target * ni as f64 / nw as f64
+                } else {
+                    target
+                };
+                (e + 1, lr)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn yolo_curves_are_fitted_as_yolo_computes_them() {
+        let yolo = Hints {
+            yolo: true,
+            zero_based: false,
+        };
+        // (cos_lr, lr0, lrf, epochs, warmup_epochs, batches per epoch): a long warmup where
+        // 100 iterations outlast 3 epochs, and the usual 3 epochs.
+        for (cos, lr0, lrf, epochs, warmup, nb) in [
+            (false, 0.01, 0.01, 100, 3.0, 200),
+            (false, 1.667e-3, 0.01, 150, 3.0, 3),
+            (true, 0.01, 0.01, 80, 3.0, 150),
+            (true, 2e-3, 0.1, 300, 5.0, 500),
+        ] {
+            let pts = yolo_csv(cos, lr0, lrf, epochs, warmup, nb);
+            let what =
+                format!("cos {cos} lr0 {lr0} lrf {lrf} epochs {epochs} warmup {warmup} nb {nb}");
+            let FitOutcome::Fitted(f) = fit_with(&pts, Some(epochs), &yolo) else {
+                panic!("{what}: refused: {:?}", fit_with(&pts, Some(epochs), &yolo));
+            };
+            let s = &f.schedule;
+            let want = if cos {
+                ScheduleKind::YoloCos
+            } else {
+                ScheduleKind::YoloLinear
+            };
+            assert_eq!(s.kind, want, "{what}: {s:?}");
+            assert!(
+                (s.peak_lr - lr0).abs() <= 0.03 * lr0,
+                "{what}: peak {}",
+                s.peak_lr
+            );
+            assert!(
+                (s.min_lr - lr0 * lrf).abs() <= 0.02 * lr0,
+                "{what}: min {}",
+                s.min_lr
+            );
+            assert_eq!(s.total_steps, Some(epochs), "{what}");
+            let true_w = (100.0f64.max(warmup * nb as f64) / nb as f64).ceil() as u64;
+            assert!(
+                s.warmup_steps.abs_diff(true_w) <= 1,
+                "{what}: warmup {} for {true_w}",
+                s.warmup_steps
+            );
+            // Without the hint the kind is not proposed: no LLM log becomes a YOLO curve.
+            if let FitOutcome::Fitted(g) = fit(&pts, Some(epochs)) {
+                assert!(!is_yolo(g.schedule.kind), "{what}");
+            }
+        }
+        // A log counting from 0 declares its last epoch: the fit's total is still `epochs`.
+        let pts: Vec<(u64, f64)> = yolo_csv(false, 0.01, 0.01, 50, 3.0, 200)
+            .into_iter()
+            .map(|(x, lr)| (x - 1, lr))
+            .collect();
+        let zero = Hints {
+            yolo: true,
+            zero_based: true,
+        };
+        let FitOutcome::Fitted(f) = fit_with(&pts, Some(49), &zero) else {
+            panic!("zero-based refused: {:?}", fit_with(&pts, Some(49), &zero));
+        };
+        assert!(is_yolo(f.schedule.kind), "{:?}", f.schedule);
+        assert_eq!(f.schedule.total_steps, Some(50));
     }
 }

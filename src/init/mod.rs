@@ -35,6 +35,8 @@ pub struct Input<'a> {
     pub baseline: Option<String>,
     /// RFC 3339 time of writing, for the header.
     pub written_at: String,
+    /// What the run's trainer says about its schedule (YOLO's own curves).
+    pub hints: fit::Hints,
 }
 
 /// The proposal: the file's text and the lines printed to the user.
@@ -133,7 +135,7 @@ pub fn infer(input: &Input) -> Proposal {
     let fit = if lr.is_empty() {
         FitOutcome::Refused("the log has no lr: no schedule to fit".into())
     } else {
-        fit::fit(&lr, total)
+        fit::fit_with(&lr, total, &input.hints)
     };
     let warmup = match &fit {
         FitOutcome::Fitted(f) => f.schedule.warmup_steps,
@@ -650,6 +652,7 @@ mod tests {
             passed_over: vec!["./roger-ledger.jsonl (a roger ledger)".into()],
             baseline: None,
             written_at: "now".into(),
+            hints: fit::Hints::default(),
         };
         let p = infer(&input(Some(5000)));
         assert!(

@@ -228,12 +228,7 @@ pub fn build(
         .newest
         .map(|n| n.0)
         .or_else(|| mine.iter().filter_map(|r| r.step).max());
-    let total_steps = cfg
-        .schedule
-        .as_ref()
-        .and_then(|s| s.total_steps)
-        .or(series.log_total_steps)
-        .or(cfg.metrics.planned_total);
+    let total_steps = cfg.planned_last().or(series.log_total_steps);
     let unit = cfg.metrics.unit;
     let last_step_at = series.newest.and_then(|n| n.1).map(from_unix);
     let count = |k: Kind| mine.iter().filter(|r| r.kind == k).count() as u64;

@@ -122,7 +122,7 @@ impl<'a> Gather<'a> {
             .filter(|r| events::needs_probe(r))
             .map(|r| unix(r.ts))
             .collect();
-        let hint = inputs.config.schedule.as_ref().and_then(|s| s.total_steps);
+        let hint = inputs.config.planned_last();
         Gather {
             inputs,
             mine,

@@ -78,7 +78,7 @@ impl Declared {
                 .collect(),
             schedule: cfg.schedule.clone(),
             lr_tolerance: cfg.schedule.as_ref().map(|s| s.tolerance * s.peak_lr),
-            total_steps: cfg.schedule.as_ref().and_then(|s| s.total_steps),
+            total_steps: cfg.planned_last(),
             keys: {
                 let m = &cfg.metrics;
                 vec![

@@ -27,6 +27,9 @@ fn curve(s: &ScheduleConfig, step: u64) -> f64 {
     if s.kind == ScheduleKind::OneCycle {
         return one_cycle(s, step);
     }
+    if matches!(s.kind, ScheduleKind::YoloLinear | ScheduleKind::YoloCos) {
+        return yolo(s, step);
+    }
     if step < w {
         return peak * step as f64 / w as f64;
     }
@@ -41,7 +44,11 @@ fn curve(s: &ScheduleConfig, step: u64) -> f64 {
     let decay = |f: f64| min + (peak - min) * f;
     let since = step - w;
     match s.kind {
-        ScheduleKind::Constant | ScheduleKind::Plateau | ScheduleKind::OneCycle => peak,
+        ScheduleKind::Constant
+        | ScheduleKind::Plateau
+        | ScheduleKind::OneCycle
+        | ScheduleKind::YoloLinear
+        | ScheduleKind::YoloCos => peak,
         ScheduleKind::Cosine => decay(0.5 * (1.0 + (PI * progress(w, total - w)).cos())),
         ScheduleKind::Linear => decay(1.0 - progress(w, total - w)),
         ScheduleKind::Wsd => {
@@ -122,6 +129,28 @@ fn one_cycle(s: &ScheduleConfig, step: u64) -> f64 {
         Anneal::Cos => to + (from - to) / 2.0 * ((PI * pct).cos() + 1.0),
         Anneal::Linear => (to - from) * pct + from,
     }
+}
+
+/// Ultralytics YOLO (ultralytics/engine/trainer.py): `LambdaLR` with `lf(e) = (1 - e/E)(1 -
+/// lrf) + lrf` (or `one_cycle(1, lrf, E)`, a cosine, with `cos_lr`) of the 0-based epoch `e`,
+/// stepped once per epoch, so the decay runs from epoch 0. The warmup interpolates every
+/// iteration from 0 to `lr0·lf(e)` over `max(warmup_epochs × batches, 100)` iterations: a ramp
+/// over the decayed curve, not a rise to the peak. results.csv counts epochs from 1 and logs
+/// the lr at the end of each: epoch `x` shows `lf(x - 1)` × `min(1, x / warmup)`. (YOLOv5 and
+/// early v8 count from 0 and log a step apart; the critic's step slack covers them.)
+fn yolo(s: &ScheduleConfig, step: u64) -> f64 {
+    let epochs = s.total_steps.unwrap_or(1).max(1) as f64;
+    let p = (step.saturating_sub(1) as f64 / epochs).min(1.0);
+    let f = match s.kind {
+        ScheduleKind::YoloCos => 0.5 * (1.0 + (PI * p).cos()),
+        _ => 1.0 - p,
+    };
+    let ramp = if s.warmup_steps == 0 {
+        1.0
+    } else {
+        (step as f64 / s.warmup_steps as f64).min(1.0)
+    };
+    ramp * (s.min_lr + (s.peak_lr - s.min_lr) * f)
 }
 
 /// (min, max) of the expected LR over steps `[from, to]`: every step in it is evaluated

@@ -336,3 +336,28 @@ fn warmup_ratio_is_hf_ceil_of_ratio_times_total() {
     let s = c.schedule.unwrap().resolved(Some(500));
     assert_eq!((s.total_steps, s.warmup_steps), (Some(500), 50));
 }
+
+/// Ultralytics (ultralytics/utils/__init__.py `one_cycle`, engine/trainer.py `lf`): after the
+/// warmup results.csv's epoch `x` (counted from 1) shows `lr0 · lf(x - 1)`; during it, the
+/// ramp `x / warmup` of that.
+#[test]
+fn yolo_kinds_are_ultralytics_lf() {
+    let (lr0, lrf, epochs) = (0.01, 0.01, 100u64);
+    let linear = |e: f64| (1.0 - e / epochs as f64).max(0.0) * (1.0 - lrf) + lrf;
+    let one_cycle = |e: f64| ((1.0 - (e * PI / epochs as f64).cos()) / 2.0) * (lrf - 1.0) + 1.0;
+    let steps = [1, 2, 3, 4, 5, 50, 99, 100];
+    for (kind, lf) in [
+        ("yolo-linear", &linear as &dyn Fn(f64) -> f64),
+        ("yolo-cos", &one_cycle),
+    ] {
+        let s = sched(&format!(
+            "kind = \"{kind}\"\npeak_lr = {lr0}\nmin_lr = {}\nwarmup_steps = 3\ntotal_steps = {epochs}\n",
+            lr0 * lrf
+        ));
+        let reference = |x: u64| {
+            let ramp = (x as f64 / 3.0).min(1.0);
+            ramp * lr0 * lf(x.saturating_sub(1) as f64)
+        };
+        agrees(&s, reference, &steps);
+    }
+}

@@ -156,7 +156,7 @@ impl Watcher<'_> {
                 .max()
         };
         ended::Known {
-            total_steps: self.cfg.schedule.as_ref().and_then(|s| s.total_steps),
+            total_steps: self.cfg.planned_last(),
             log_step: self.log.launch_reached(),
             log_every: self.log.launch_cadence(),
             ckpt_step: newest(Kind::Publish),
