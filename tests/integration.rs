@@ -23,6 +23,7 @@ mod layout;
 mod ledger;
 mod nonfinite;
 mod notify;
+mod one_cycle_torch;
 mod overfit;
 mod powercut;
 mod probe;

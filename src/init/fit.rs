@@ -28,12 +28,13 @@ const ROUNDING_FLOOR: f64 = 2e-6;
 /// An rms off the curve (fraction of peak, no slack) above this is a log that is not exact.
 const NOT_EXACT: f64 = 1e-4;
 /// Kinds fitted, simplest first (an equally good fit keeps the simpler curve).
-const KINDS: [ScheduleKind; 5] = [
+const KINDS: [ScheduleKind; 6] = [
     ScheduleKind::Constant,
     ScheduleKind::Linear,
     ScheduleKind::Cosine,
     ScheduleKind::InverseSqrt,
     ScheduleKind::Wsd,
+    ScheduleKind::OneCycle,
 ];
 
 /// Polynomial decays fitted beside the kinds, by exponent: 0.9 is mmseg/DeepLab's `poly`,
@@ -157,6 +158,16 @@ pub fn fit_with(points: &[(u64, f64)], total: Option<u64>, hints: &Hints) -> Fit
             ..space
         };
         let sparse_from_1: Vec<(u64, f64)> = sparse.iter().map(|p| (p.0 + 1, p.1)).collect();
+        // One-cycle's cosine rise reaches 98% of its peak at 85% of the rise: its rise is
+        // searched up to the highest sample.
+        let highest = pts
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map_or(0, |p| p.0);
+        let one_cycle_space = Space {
+            w_hi: space.w_hi.max(highest + highest / 20 + 1),
+            ..space
+        };
         let shapes = yolo_kinds
             .iter()
             .map(|&kind| Shape { kind, power: None })
@@ -179,6 +190,8 @@ pub fn fit_with(points: &[(u64, f64)], total: Option<u64>, hints: &Hints) -> Fit
             }
             let space = if is_yolo(shape.kind) {
                 &yolo_space
+            } else if shape.kind == ScheduleKind::OneCycle {
+                &one_cycle_space
             } else {
                 &space
             };
@@ -261,7 +274,8 @@ pub fn fit_with(points: &[(u64, f64)], total: Option<u64>, hints: &Hints) -> Fit
     if let Some(t) = total.filter(|t| *t > s.warmup_steps && !is_yolo(s.kind)) {
         s.total_steps = Some(t);
     }
-    let warmup_unseen = !still_rising && pts[0].0 >= s.warmup_steps;
+    let warmup_unseen =
+        !still_rising && s.kind != ScheduleKind::OneCycle && pts[0].0 >= s.warmup_steps;
     FitOutcome::Fitted(Box::new(Fit {
         schedule: s,
         share: all.share,
@@ -350,6 +364,15 @@ fn schedule_of(shape: Shape, p: Params) -> ScheduleConfig {
     let kind = shape.kind;
     let t = needs_total_or(kind).then_some(p.t);
     let d = (kind == ScheduleKind::Wsd).then_some(p.d);
+    if kind == ScheduleKind::OneCycle {
+        // OneCycleLR rises on its own: the searched warmup is its rise, pct_start × total,
+        // from max_lr / 25 and down to that / 1e4 (its defaults, which Lightning and fastai
+        // keep).
+        return ScheduleConfig {
+            pct_start: Some(p.w as f64 / p.t.max(1) as f64),
+            ..unit(kind, 0, t, None)
+        };
+    }
     ScheduleConfig {
         power: shape.power,
         ..unit(kind, p.w, t, d)
@@ -443,7 +466,12 @@ fn fit_kind(
 ) -> Option<(ScheduleConfig, Params, f64)> {
     let kind = shape.kind;
     let needs_t = needs_total_or(kind);
-    let w_min = u64::from(kind == ScheduleKind::InverseSqrt);
+    // One-cycle needs two steps of rise (config check: pct_start × total >= 2).
+    let w_min = match kind {
+        ScheduleKind::InverseSqrt => 1,
+        ScheduleKind::OneCycle => 2,
+        _ => 0,
+    };
     let w_grid: Vec<u64> = {
         let n = 24u64;
         let mut v: Vec<u64> = (0..=n).map(|i| w_min.max(sp.w_hi * i / n)).collect();
@@ -657,6 +685,18 @@ fn rounder(
                 s = c;
                 break;
             }
+        }
+    }
+    if let Some(p) = s.pct_start {
+        if let Some(c) = [100.0, 1000.0]
+            .iter()
+            .map(|k| ScheduleConfig {
+                pct_start: Some((p * k).round() / k),
+                ..s.clone()
+            })
+            .find(|c| c.pct_start != Some(p) && ok(c))
+        {
+            s = c;
         }
     }
     // A staircase's milestones count from the warmup's end: its drops stay where they are.
@@ -1270,5 +1310,45 @@ mod tests {
         };
         assert!(is_yolo(f.schedule.kind), "{:?}", f.schedule);
         assert_eq!(f.schedule.total_steps, Some(50));
+    }
+
+    #[test]
+    fn one_cycle_is_fitted_with_its_rise() {
+        for (peak, pct, total, every, declared) in [
+            (3e-3, 0.25, 4000u64, 10u64, None),
+            (1e-2, 0.3, 1170, 5, Some(1170)),
+            (4e-4, 0.1, 20_000, 50, None),
+        ] {
+            let t = ScheduleConfig {
+                kind: ScheduleKind::OneCycle,
+                peak_lr: peak,
+                pct_start: Some(pct),
+                total_steps: Some(total),
+                ..Default::default()
+            };
+            let pts = sample(&t, every, total);
+            let what = format!("peak {peak} pct {pct} total {total} every {every}");
+            let FitOutcome::Fitted(f) = fit(&pts, declared) else {
+                panic!("{what}: refused: {:?}", fit(&pts, declared));
+            };
+            let s = &f.schedule;
+            assert_eq!(s.kind, ScheduleKind::OneCycle, "{what}: {s:?}");
+            assert!((s.peak_lr - peak).abs() <= 0.01 * peak, "{what}: {s:?}");
+            let got_pct = s.pct_start.unwrap();
+            assert!((got_pct - pct).abs() <= 0.01, "{what}: {s:?}");
+            let got_t = s.total_steps.unwrap() as f64;
+            assert!(
+                (got_t - total as f64).abs() <= 0.01 * total as f64,
+                "{what}: {s:?}"
+            );
+            assert_eq!((s.warmup_steps, s.min_lr), (0, 0.0), "{what}");
+            assert!(!f.warmup_unseen, "{what}");
+        }
+        // A cosine with a linear warmup stays a cosine.
+        let FitOutcome::Fitted(f) = fit(&sample(&truth(ScheduleKind::Cosine), 10, 5000), None)
+        else {
+            panic!("cosine refused");
+        };
+        assert_eq!(f.schedule.kind, ScheduleKind::Cosine);
     }
 }

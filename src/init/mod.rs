@@ -287,6 +287,9 @@ fn shape_words(s: &ScheduleConfig) -> String {
     if let Some(p) = s.power {
         return format!(", power {p}");
     }
+    if let Some(p) = s.pct_start {
+        return format!(", pct_start {p} (the rise: one-cycle has no warmup of its own)");
+    }
     match (s.step_size, &s.milestones) {
         (Some(k), _) => format!(", drops every {k} steps{gamma}"),
         (_, Some(m)) => format!(", drops at {m:?} steps after warmup{gamma}"),
@@ -436,7 +439,14 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
         o,
         "kind",
         &format!("{:?}", kind_name(s.kind)),
-        &format!("best of constant, linear, cosine, inverse-sqrt, wsd, polynomial (power 0.9, 2, 0.5), step, multistep{runner}"),
+        &format!(
+            "best of {}constant, linear, cosine, inverse-sqrt, wsd, polynomial (power 0.9, 2, 0.5), step, multistep, one-cycle{runner}",
+            if input.hints.yolo {
+                "yolo-linear, yolo-cos (YOLO's own), "
+            } else {
+                ""
+            }
+        ),
     );
     line(
         o,
@@ -444,7 +454,16 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
         &format!("{:e}", s.peak_lr),
         "fitted with warmup, min and total (not the highest logged lr)",
     );
-    if crate::config::needs_total(s.kind) {
+    let one_cycle = s.kind == crate::config::ScheduleKind::OneCycle;
+    if let Some(p) = s.pct_start {
+        line(
+            o,
+            "pct_start",
+            &format!("{p}"),
+            "fitted: the share of the steps spent rising (OneCycleLR's own warmup)",
+        );
+    }
+    if crate::config::needs_total(s.kind) && !one_cycle {
         line(
             o,
             "min_lr",
@@ -492,16 +511,9 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
             "read off the log: each drop's factor",
         );
     }
-    line(
-        o,
-        "warmup_steps",
-        &s.warmup_steps.to_string(),
-        if f.warmup_unseen {
-            "fitted: the log starts after it, the decay's shape implies it"
-        } else {
-            "fitted: where the rising lr meets the peak"
-        },
-    );
+    if !one_cycle {
+        warmup_line(o, f);
+    }
     // A text line's total (`iteration N/ M`) is a pattern group, not a key the config can
     // name, and the config check wants one or the other: write the number the log declared.
     let log_key_for_total = input.detected.format == LogFormat::HfTrainerState
@@ -535,6 +547,21 @@ fn render_schedule(o: &mut String, f: &fit::Fit, input: &Input) {
         "trainers log a neighbouring step's lr",
     );
     o.push('\n');
+}
+
+/// The `warmup_steps` line, with where the number came from.
+fn warmup_line(o: &mut String, f: &fit::Fit) {
+    let s = &f.schedule;
+    line(
+        o,
+        "warmup_steps",
+        &s.warmup_steps.to_string(),
+        if f.warmup_unseen {
+            "fitted: the log starts after it, the decay's shape implies it"
+        } else {
+            "fitted: where the rising lr meets the peak"
+        },
+    );
 }
 
 #[cfg(test)]
