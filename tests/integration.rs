@@ -21,6 +21,7 @@ mod key_value;
 mod kubernetes_examples;
 mod layout;
 mod ledger;
+mod lightning_epochs;
 mod nonfinite;
 mod notify;
 mod one_cycle_torch;

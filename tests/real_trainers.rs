@@ -197,6 +197,10 @@ fn injected(text: &str, how: &str, key: &str) -> String {
             let stop = rows[rows.len() * 8 / 10];
             for &r in rows.iter().filter(|&&r| r >= at && r <= stop) {
                 out[r] = set_value(lines[0], lines[r], key, &|v| {
+                    // Lightning's sparse rows: a row of other metrics leaves the lr empty.
+                    if v.trim().is_empty() {
+                        return v.to_string();
+                    }
                     let x: f64 = v.trim().parse().unwrap();
                     format!("{:e}", x * 2.0)
                 });

@@ -187,6 +187,26 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
                 .map_or(String::new(), |g| format!(", first: {g}"))
         );
     }
+    // Lightning counts steps but plans epochs: the total is its epochs times the steps per
+    // epoch its own rows show.
+    if trainer
+        .as_ref()
+        .is_some_and(|t| t.name == metrics::trainers::LIGHTNING)
+        && mapping.metrics.planned_total.is_none()
+    {
+        let rows = std::fs::read_to_string(&log)
+            .map(|t| metrics::trainers::epoch_rows(&t))
+            .unwrap_or_default();
+        if let Some((total, from)) = metrics::trainers::lightning_total(&rows, &run_args) {
+            mapping.metrics.planned_total = Some(total);
+            mapping
+                .chosen
+                .push(("planned_total", format!("{total}  # {from}")));
+            mapping
+                .notes
+                .push(format!("planned total: step {total} ({from})"));
+        }
+    }
     if trainer.is_none() && detected.format == LogFormat::Mlflow {
         let first = read.samples.first().map_or(0, |s| s.step);
         let last = read.samples.last().map_or(0, |s| s.step);
@@ -333,10 +353,26 @@ fn detect_log(log: &Path) -> Result<Option<detect::Detected>> {
             );
             return detect_log(newest);
         }
-        let Some(newest) = metrics::tensorboard::event_files(log).pop() else {
+        // Every event file of the directory: a writer opened again (HF's Trainer writes the
+        // final evaluation into a second file) holds only some of the run's tags.
+        let files = metrics::tensorboard::event_files(log);
+        let Some(newest) = files.last() else {
             return Ok(None);
         };
-        return detect_log(&newest);
+        let mut detected = detect_log(newest)?;
+        if let Some(d) = detected.as_mut() {
+            for older in &files[..files.len() - 1] {
+                for k in detect_log(older)?.map(|o| o.keys).unwrap_or_default() {
+                    if !d.keys.contains(&k) {
+                        d.keys.push(k);
+                    }
+                }
+            }
+            if files.len() > 1 {
+                d.why = format!("{}; tags of all {} event files", d.why, files.len());
+            }
+        }
+        return Ok(detected);
     }
     let head = read_head(log)?;
     let name = log.file_name().map(|n| n.to_string_lossy().into_owned());

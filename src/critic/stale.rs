@@ -50,6 +50,20 @@ pub fn stale(obs: &Observation) -> Option<CheckResult> {
         .total_steps
         .or_else(|| obs.schedule.as_ref().and_then(|s| s.total_steps));
     if let Some(total) = total {
+        // A log sampled every k steps may never show the last one (Lightning logs when
+        // (step + 1) % k == 0): the next sample would be past the total (rules 3).
+        let every = log_interval(obs);
+        if step < total && obs.rules >= 3 && every > 1 && step + every > total {
+            return Some(
+                CheckResult::new(
+                    "stale",
+                    Status::Pass,
+                    format!("finished at step {step}: the log samples every {every} steps, so its next sample would be at {} past total_steps = {total}; no more samples expected", step + every),
+                )
+                .observed(json!({"step": step, "log_every": every}))
+                .expected(json!({"total_steps": total})),
+            );
+        }
         if step >= total {
             return Some(
                 CheckResult::new(
@@ -268,6 +282,27 @@ mod tests {
     }
 
     #[test]
+    fn the_last_sample_of_a_log_that_cannot_show_the_total_is_finished() {
+        // Logged every 10 steps at ..., 90, 100 (Lightning: (step + 1) % 10 == 0 shows 89, 99).
+        let mut o = at(99, 7200.0);
+        o.total_steps = Some(101);
+        let r = stale(&o).unwrap();
+        assert_eq!(r.status, Status::Pass, "{}", r.reason);
+        assert!(
+            r.reason.contains("next sample would be at 109"),
+            "{}",
+            r.reason
+        );
+        // One more sample to come (at 109 <= 110): still stale when it does not.
+        o.total_steps = Some(110);
+        assert_eq!(stale(&o).unwrap().status, Status::Fail);
+        // Judged by the rules before 3: as before.
+        o.total_steps = Some(101);
+        o.rules = 2;
+        assert_eq!(stale(&o).unwrap().status, Status::Fail);
+    }
+
+    #[test]
     fn declared_quiet_extends_the_limit_at_its_steps_only() {
         let eval = Quiet {
             name: "eval".into(),
@@ -343,8 +378,9 @@ mod tests {
     #[test]
     fn ended_on_the_floor_is_finished_from_rules_3_only() {
         use crate::config::{ScheduleConfig, ScheduleKind};
+        // Logged every step (llm.c): the next sample would be at 19553, short of the total.
         let mut o = obs_with(vec![
-            (19540, vec![("loss", 3.2), ("lr", 0.0)]),
+            (19551, vec![("loss", 3.2), ("lr", 0.0)]),
             (19552, vec![("loss", 3.2), ("lr", 0.0)]),
         ]);
         o.schedule = Some(ScheduleConfig {

@@ -18,7 +18,13 @@ pub struct RunArgs {
 }
 
 /// Files beside a log that hold the run's arguments, in the order they are trusted.
-const ARG_FILES: &[&str] = &["args.yaml", "opt.yaml", "hparams.yaml", "hyp.yaml"];
+const ARG_FILES: &[&str] = &[
+    "args.yaml",
+    "opt.yaml",
+    "hparams.yaml",
+    "hyp.yaml",
+    "config.yaml",
+];
 
 /// The run's arguments found beside `log` (or in its parent, for MMEngine's `vis_data/` and
 /// Lightning's `version_N/`), and an MLflow run's `params/` (one file per parameter).
@@ -63,12 +69,27 @@ pub fn run_args(log: &Path) -> Vec<RunArgs> {
 }
 
 /// The top-level `key: value` lines of a YAML file (nested maps, lists and anything after a
-/// tag such as `!!python/object` are not scalars of the run and are left out). A YAML parser
-/// would refuse a Lightning `hparams.yaml` holding Python tags; these few keys are all that
-/// is read.
+/// tag such as `!!python/object` are not scalars of the run and are left out), and those of
+/// a top-level `trainer:` map as `trainer.key` (LightningCLI's `config.yaml` keeps
+/// `max_epochs` there). A YAML parser would refuse a Lightning `hparams.yaml` holding Python
+/// tags; these few keys are all that is read.
 pub fn top_level_scalars(text: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
+    let mut in_trainer = false;
     for line in text.lines() {
+        if let Some(inner) = line.strip_prefix("  ").filter(|_| in_trainer) {
+            if let Some((k, v)) = inner
+                .split_once(':')
+                .filter(|(k, _)| !k.starts_with([' ', '-', '#']))
+            {
+                let v = v.split(" #").next().unwrap_or("").trim();
+                if !v.is_empty() && !v.starts_with('!') {
+                    out.insert(format!("trainer.{}", k.trim()), v.to_string());
+                }
+            }
+            continue;
+        }
+        in_trainer = line.trim_end() == "trainer:";
         if line.starts_with([' ', '\t', '-', '#']) {
             continue;
         }
@@ -285,11 +306,20 @@ pub fn recognise(
     if csv && has("epoch") && has("step") {
         // Lightning's CSVLogger: the general mapping reads its columns; its hparams.yaml
         // may say the planned total (max_steps; max_epochs counts epochs, not steps).
-        let mut t = Trainer::new("Lightning CSVLogger metrics.csv", StepUnit::Step, "step");
-        t.total = arg_count(args, &["max_steps"]);
+        let mut t = Trainer::new(LIGHTNING, StepUnit::Step, "step");
+        // Its `step` column is the 0-based index of the optimizer step: the last is one less.
+        t.total = arg_count(args, &["max_steps", "trainer.max_steps"]).map(|(n, from)| {
+            (
+                n - 1,
+                format!(
+                    "{from}; Lightning logs steps from 0, so the last is {}",
+                    n - 1
+                ),
+            )
+        });
         if t.total.is_none() {
-            if let Some((n, from)) = arg_count(args, &["max_epochs"]) {
-                t.notes.push(format!("max_epochs {n} ({from}) counts epochs, not the steps the log counts: the total is the fit's"));
+            if let Some((n, from)) = arg_count(args, LIGHTNING_EPOCHS) {
+                t.notes.push(format!("max_epochs {n} ({from}) counts epochs, not the steps the log counts: steps per epoch are read off the log's epoch column"));
             }
         }
         return (t.total.is_some() || !t.notes.is_empty()).then_some(t);
@@ -301,7 +331,7 @@ pub fn recognise(
         t.lr = has("lr").then(|| "lr".into());
         t.notes
             .push("one row per epoch: the axis counts epochs".into());
-        t.total = zero_based(arg_count(args, &["epochs"]), first_step);
+        t.total = timm_total(args);
         return Some(t);
     }
     if csv && has("epoch") && !own_step && (has("loss") || has("val_loss")) {
@@ -322,6 +352,84 @@ pub fn recognise(
         return Some(t);
     }
     None
+}
+
+/// timm's train.py runs `epochs + cooldown_epochs` epochs (the cooldown at `min_lr`) and
+/// counts them from 0, a resumed run too: the last is one less.
+fn timm_total(args: &[RunArgs]) -> Option<(u64, String)> {
+    let (n, from) = arg_count(args, &["epochs"])?;
+    let cool = args
+        .iter()
+        .find_map(|a| a.values.get("cooldown_epochs")?.parse::<u64>().ok())
+        .unwrap_or(0);
+    let last = (n + cool).checked_sub(1)?;
+    Some((
+        last,
+        if cool > 0 {
+            format!("{from} + cooldown_epochs: {cool}; timm counts epochs from 0, so the last is {last}")
+        } else {
+            format!("{from}; timm counts epochs from 0, so the last is {last}")
+        },
+    ))
+}
+
+/// Lightning CSVLogger's trainer name.
+pub const LIGHTNING: &str = "Lightning CSVLogger metrics.csv";
+/// Where a Lightning run says its planned epochs: the Trainer's own (LightningCLI's
+/// config.yaml) first, then the hyperparameters a module saved.
+const LIGHTNING_EPOCHS: &[&str] = &["trainer.max_epochs", "max_epochs", "epochs", "num_epochs"];
+
+/// A Lightning run's planned last step from its planned epochs and the log's `(epoch, step)`
+/// rows: every row of epoch `e` at global step `s` says `e·n <= s < (e+1)·n` for `n` steps per
+/// epoch (a validation row sits on its epoch's last step, pinning `n`). The smallest `n` they
+/// allow is taken, so a finished run reaches the total; refused (None) while the rows leave
+/// `n` open by more than 2% (a log of one epoch, or too sparse). Returns the last step
+/// (`epochs·n - 1`, global steps counting from 0), `n`, and the words.
+pub fn lightning_total(rows: &[(u64, u64)], args: &[RunArgs]) -> Option<(u64, String)> {
+    let (epochs, from) = arg_count(args, LIGHTNING_EPOCHS)?;
+    let lo = rows.iter().map(|&(e, s)| (s + 1).div_ceil(e + 1)).max()?;
+    let hi = rows
+        .iter()
+        .filter(|&&(e, _)| e > 0)
+        .map(|&(e, s)| s / e)
+        .min()?;
+    if hi < lo || (hi - lo) as f64 > 0.02 * lo as f64 {
+        return None;
+    }
+    let last = (epochs * lo).checked_sub(1)?;
+    Some((
+        last,
+        format!("{from} x {lo} steps per epoch (read off the log's epoch column{}), less 1: steps count from 0", if hi > lo { format!(": {lo} to {hi}, the fewest taken") } else { String::new() }),
+    ))
+}
+
+/// The `(epoch, step)` of every row of a CSV log that has both (Lightning's metrics.csv:
+/// the lr rows leave `epoch` empty). Unreadable rows are left out: they only narrow the bracket.
+pub fn epoch_rows(text: &str) -> Vec<(u64, u64)> {
+    let mut lines = text.lines();
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
+    let cols: Vec<&str> = header.split(',').map(str::trim).collect();
+    let (Some(e), Some(s)) = (
+        cols.iter().position(|c| *c == "epoch"),
+        cols.iter().position(|c| *c == "step"),
+    ) else {
+        return Vec::new();
+    };
+    let whole = |v: &str| {
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|x| *x >= 0.0 && x.fract() == 0.0)
+            .map(|x| x as u64)
+    };
+    lines
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((whole(f.get(e)?)?, whole(f.get(s)?)?))
+        })
+        .collect()
 }
 
 /// A planned number of epochs as the last epoch the log will show: `epochs - 1` where the log

@@ -92,6 +92,20 @@ fn detectron2_mmengine_keras_timm() {
         (t.lr.as_deref(), t.total.map(|t| t.0)),
         (Some("lr"), Some(299))
     );
+    // timm runs its cooldown after `epochs`, and counts from 0 a resumed run too.
+    let t = recognise(
+        LogFormat::Csv,
+        &timm,
+        Some(1),
+        &args(
+            "args.yaml",
+            "cooldown_epochs: 10
+epochs: 100
+",
+        ),
+    )
+    .unwrap();
+    assert_eq!(t.total.map(|t| t.0), Some(109));
     // LLaMA-Factory's JSON lines: `epoch` and `loss` beside their own step.
     let lf = keys("current_steps,epoch,loss,lr,total_steps");
     assert!(recognise(LogFormat::Jsonl, &lf, Some(10), &[]).is_none());
@@ -105,7 +119,7 @@ fn detectron2_mmengine_keras_timm() {
     .unwrap();
     assert_eq!(
         (t.unit, t.total.map(|t| t.0)),
-        (StepUnit::Step, Some(187500))
+        (StepUnit::Step, Some(187499))
     );
     // Without a total in its arguments: not one of these.
     assert!(recognise(
@@ -164,4 +178,31 @@ fn apply_replaces_the_general_choices() {
             && chosen.contains(&("planned_total", "10  # epochs: 10 in args.yaml".into()))
     );
     assert!(!notes.iter().any(|n| n.contains("lr/pg0\"]")), "{notes:?}");
+}
+
+#[test]
+fn lightning_epochs_become_its_last_step_from_the_logs_epoch_column() {
+    // Written by Lightning 2.0.9's CSVLogger (5 epochs of 37 steps, log_every_n_steps 10,
+    // validation rows on each epoch's last step, lr rows without an epoch).
+    let csv = "lr-SGD,step,train_loss,epoch,val_loss\n0.01,0,,,\n,9,4.23030424118042,0,\n,19,6.239514350891113,0,\n,29,1.8572473526000977,0,\n,36,,0,1.1449624300003052\n0.009045084971874737,37,,,\n,39,1.1483250856399536,1,\n,49,1.1377348899841309,1,\n,59,0.4510386884212494,1,\n,69,0.25582852959632874,1,\n,73,,1,0.29106712341308594\n0.0065450849718747366,74,,,\n,79,0.40362995862960815,2,\n,89,0.13171403110027313,2,\n,99,0.20382992923259735,2,\n,109,0.1213257908821106,2,\n,110,,2,0.10881807655096054\n0.0034549150281252628,111,,,\n,119,0.11375407129526138,3,\n,129,0.08695756644010544,3,\n,139,0.06830229610204697,3,\n,147,,3,0.0649615153670311\n0.0009549150281252632,148,,,\n,149,0.059833988547325134,4,\n,159,0.043734077364206314,4,\n,169,0.05892130360007286,4,\n,179,0.03606230020523071,4,\n,184,,4,0.0563654825091362\n";
+    let rows = epoch_rows(csv);
+    assert_eq!(rows.len(), 23, "{rows:?}");
+    let hp = args("hparams.yaml", "lr: 0.01\nmax_epochs: 5\n");
+    let (last, words) = lightning_total(&rows, &hp).unwrap();
+    assert_eq!(last, 5 * 37 - 1, "{words}");
+    assert!(words.contains("37 steps per epoch"), "{words}");
+    // LightningCLI keeps it under `trainer:`; the module's own `epochs` is second to it.
+    let cli = args(
+        "config.yaml",
+        "seed_everything: 0\ntrainer:\n  accelerator: cpu\n  max_epochs: 3\nmodel:\n  epochs: 9\n",
+    );
+    assert_eq!(lightning_total(&rows, &cli).map(|t| t.0), Some(3 * 37 - 1));
+    // Two epochs seen: 37 to 39 steps each, too open to say.
+    assert_eq!(lightning_total(&rows[..9], &hp), None);
+    // One epoch seen: nothing bounds it from above.
+    assert_eq!(lightning_total(&rows[..4], &hp), None);
+    // Steps that restart (a resumed launch logging from 0 again) contradict each other.
+    let mut resumed = rows.clone();
+    resumed.push((3, 9));
+    assert_eq!(lightning_total(&resumed, &hp), None);
 }
