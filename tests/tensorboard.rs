@@ -228,6 +228,84 @@ fn a_restart_into_a_second_file_is_followed() {
     );
 }
 
+/// `init --log DIR` maps the tags of every event file in the directory: HF's Trainer writes a
+/// final `trainer.evaluate()` into a second file holding only eval/*, and init had taken its
+/// mapping from that newest file alone (no loss, no lr).
+#[test]
+fn init_maps_the_tags_of_every_event_file_of_a_directory() {
+    if !python_has(
+        "tensorboardX",
+        "init_maps_the_tags_of_every_event_file_of_a_directory",
+    ) {
+        return;
+    }
+    let env = Env::new();
+    write_events(&env, &["simple", "runs", "0", "30"]);
+    std::thread::sleep(Duration::from_millis(1100)); // a later start time in the new name
+    write_events(&env, &["eval", "runs", "29"]);
+    let init = env.run(&["init", "--log", "runs"]).expect(0);
+    let cfg = roger::config::Config::load(&env.path("roger.toml")).unwrap();
+    assert_eq!(cfg.metrics.loss, "train/loss", "{}", init.report());
+    assert_eq!(cfg.metrics.lr.first(), "lr-AdamW", "{}", init.report());
+    assert_eq!(cfg.metrics.eval_loss, "eval/loss", "{}", init.report());
+    assert!(
+        init.stderr().contains("tags of all 2 event files"),
+        "{}",
+        init.report()
+    );
+}
+
+/// Real HF Trainer logging dirs (tests/fixtures/hf_tensorboard_real/SOURCES.md): init fits the
+/// schedule their args name, and two hours after the last write the finished run passes.
+#[test]
+fn real_hf_trainer_event_directories_are_fitted_as_their_args_say() {
+    // (dir, peak, warmup, total: from each run's args)
+    for (dir, peak, warmup, total) in [
+        ("agnews-lora-run0", 5e-6, 0u64, 1200u64),
+        ("enzyme-kcat-logs", 5e-5, 500, 1281),
+    ] {
+        let env = Env::new();
+        let from = repo_root()
+            .join("tests/fixtures/hf_tensorboard_real")
+            .join(dir);
+        let mut newest = std::time::SystemTime::UNIX_EPOCH;
+        for e in std::fs::read_dir(&from).unwrap().flatten() {
+            let to = env.write(
+                &format!("{dir}/{}", e.file_name().to_string_lossy()),
+                std::fs::read(e.path()).unwrap(),
+            );
+            newest = newest.max(std::fs::metadata(to).unwrap().modified().unwrap());
+        }
+        let init = env.run(&["init", "--log", dir]).expect(0);
+        let cfg = roger::config::Config::load(&env.path("roger.toml")).unwrap();
+        let s = cfg
+            .schedule
+            .clone()
+            .unwrap_or_else(|| panic!("{dir}: no schedule\n{}", init.report()));
+        assert_eq!(
+            roger::config::kind_name(s.kind),
+            "linear",
+            "{dir}\n{}",
+            init.report()
+        );
+        let near = |got: f64, want: f64| (got - want).abs() <= 0.05 * want.max(1.0);
+        assert!(near(s.peak_lr / peak, 1.0), "{dir}: peak {}", s.peak_lr);
+        assert!(
+            near(s.warmup_steps as f64, warmup as f64),
+            "{dir}: warmup {}",
+            s.warmup_steps
+        );
+        let t = s.total_steps.unwrap_or(0) as f64;
+        assert!(near(t, total as f64), "{dir}: total {t}");
+        let later: chrono::DateTime<chrono::Utc> = (newest + Duration::from_secs(2 * 3600)).into();
+        let now = later.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let r = env.run(&["critic", "--once", "--json", "--now", &now]);
+        let v = json_out(&r);
+        assert_eq!(v["status"], "pass", "{dir}\n{}", r.report());
+        assert_eq!(check(&v, "lr")["status"], "pass", "{dir}\n{}", r.report());
+    }
+}
+
 fn mlflow_config(log: &str, format: &str) -> String {
     format!(
         "[run]\nname = \"m\"\nlog = \"{log}\"\nformat = \"{format}\"\n\
