@@ -297,6 +297,14 @@ fn real_hf_trainer_event_directories_are_fitted_as_their_args_say() {
         );
         let t = s.total_steps.unwrap_or(0) as f64;
         assert!(near(t, total as f64), "{dir}: total {t}");
+        // The total is the Trainer's own, from its args (max_steps, or num_train_epochs x
+        // the updates per epoch train/epoch shows), not the fit's.
+        assert_eq!(
+            cfg.metrics.planned_total,
+            Some(total),
+            "{dir}\n{}",
+            init.report()
+        );
         let later: chrono::DateTime<chrono::Utc> = (newest + Duration::from_secs(2 * 3600)).into();
         let now = later.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let r = env.run(&["critic", "--once", "--json", "--now", &now]);

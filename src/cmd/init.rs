@@ -207,6 +207,20 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
                 .push(format!("planned total: step {total} ({from})"));
         }
     }
+    // A Hugging Face Trainer's event files carry its arguments: max_steps, or its epochs.
+    if detected.format == LogFormat::Tensorboard && mapping.metrics.planned_total.is_none() {
+        if let Some((total, from)) =
+            metrics::tensorboard::hf_total(&metrics::tensorboard::hf_plan(&log))
+        {
+            mapping.metrics.planned_total = Some(total);
+            mapping
+                .chosen
+                .push(("planned_total", format!("{total}  # {from}")));
+            mapping
+                .notes
+                .push(format!("planned total: step {total} ({from})"));
+        }
+    }
     if trainer.is_none() && detected.format == LogFormat::Mlflow {
         let first = read.samples.first().map_or(0, |s| s.step);
         let last = read.samples.last().map_or(0, |s| s.step);

@@ -47,6 +47,9 @@ pub struct Tensor {
     pub float_val: Vec<f32>,
     #[prost(double, repeated, tag = "6")]
     pub double_val: Vec<f64>,
+    /// Text summaries (`add_text`): the strings, UTF-8.
+    #[prost(bytes = "vec", repeated, tag = "8")]
+    pub string_val: Vec<Vec<u8>>,
     /// Half and bfloat16 values, their 16 bits in an int32 each.
     #[prost(int32, repeated, tag = "13")]
     pub half_val: Vec<i32>,
@@ -134,6 +137,19 @@ pub fn scalars(event: &Event) -> impl Iterator<Item = (&str, f64)> {
     })
 }
 
+/// tensorflow.DataType of a text summary's tensor.
+const DT_STRING: i32 = 7;
+
+/// The text summaries an event carries, as (tag, text): `add_text("args", ...)` arrives as
+/// tag `args/text_summary`.
+pub fn texts(event: &Event) -> impl Iterator<Item = (&str, String)> {
+    event.summary.iter().flat_map(|s| &s.value).filter_map(|v| {
+        let t = v.tensor.as_ref().filter(|t| t.dtype == DT_STRING)?;
+        let text = t.string_val.first()?;
+        Some((v.tag.as_str(), String::from_utf8_lossy(text).into_owned()))
+    })
+}
+
 /// Decode one record's payload.
 pub fn decode(payload: &[u8]) -> Result<Event, prost::DecodeError> {
     Event::decode(payload)
@@ -182,6 +198,7 @@ mod tests {
                 tensor_content: vec![],
                 float_val: vec![],
                 double_val: vec![],
+                string_val: vec![],
                 half_val: vec![],
             };
             f(&mut t);

@@ -44,6 +44,99 @@ pub fn event_files(dir: &Path) -> Vec<PathBuf> {
     files.into_iter().map(|(_, _, p)| p).collect()
 }
 
+/// What a Hugging Face Trainer's event files say of the run's plan: its TrainingArguments
+/// (the `args/text_summary` JSON its TensorBoardCallback writes first) and the newest
+/// `train/epoch` point (step, epoch), which gives the optimizer steps per epoch.
+#[derive(Debug, Default)]
+pub struct HfPlan {
+    pub args: Option<serde_json::Value>,
+    pub epoch_at: Option<(u64, f64)>,
+    /// The file the args came from.
+    pub file: Option<PathBuf>,
+}
+
+/// [`HfPlan`] of a log directory's (or one file's) event files, each read whole; unreadable
+/// records are passed over (the reader proper counts and says them).
+pub fn hf_plan(log: &Path) -> HfPlan {
+    let files = if log.is_dir() {
+        event_files(log)
+    } else {
+        vec![log.to_path_buf()]
+    };
+    let mut plan = HfPlan::default();
+    for f in files {
+        let Ok(bytes) = std::fs::read(&f) else {
+            continue;
+        };
+        for item in tfrecord::scan(&bytes).0 {
+            let Item::Record(_, payload) = item else {
+                continue;
+            };
+            let Ok(event) = tb_event::decode(payload) else {
+                continue;
+            };
+            if plan.args.is_none() {
+                if let Some((_, text)) =
+                    tb_event::texts(&event).find(|(t, _)| *t == "args/text_summary")
+                {
+                    if let Ok(v) = serde_json::from_str(&text) {
+                        plan.args = Some(v);
+                        plan.file = Some(f.clone());
+                    }
+                }
+            }
+            for (tag, v) in tb_event::scalars(&event) {
+                let step = u64::try_from(event.step).unwrap_or(0);
+                if tag == "train/epoch"
+                    && v.is_finite()
+                    && v > 0.0
+                    && plan.epoch_at.is_none_or(|(s, _)| step >= s)
+                {
+                    plan.epoch_at = Some((step, v));
+                }
+            }
+        }
+    }
+    plan
+}
+
+/// The planned last step an [`HfPlan`] gives: `max_steps` when set (> 0), else
+/// `num_train_epochs` × the optimizer steps per epoch its `train/epoch` points show (HF's own
+/// total: `num_update_steps_per_epoch × num_train_epochs`), with where it came from.
+pub fn hf_total(plan: &HfPlan) -> Option<(u64, String)> {
+    let args = plan.args.as_ref()?;
+    let file = plan
+        .file
+        .as_ref()
+        .map_or(String::new(), |f| format!(" in {}", f.display()));
+    if let Some(m) = args
+        .get("max_steps")
+        .and_then(|v| v.as_i64())
+        .filter(|m| *m > 0)
+    {
+        return Some((
+            m as u64,
+            format!("max_steps: {m} (the Trainer's args/text_summary{file})"),
+        ));
+    }
+    let epochs = args
+        .get("num_train_epochs")
+        .and_then(|v| v.as_f64())
+        .filter(|e| *e > 0.0)?;
+    let (step, epoch) = plan.epoch_at?;
+    // HF counts `len(dataloader) // gradient_accumulation_steps` updates per epoch, while
+    // train/epoch advances by batches: step / epoch is that before the floor.
+    let per_epoch = (step as f64 / epoch + 1e-6).floor();
+    if per_epoch < 1.0 {
+        return None;
+    }
+    let total = (epochs * per_epoch).ceil() as u64;
+    Some((
+        total,
+        format!("num_train_epochs: {epochs} (the Trainer's args/text_summary{file}) x {per_epoch} optimizer steps per epoch (train/epoch {epoch} at step {step})"),
+    ))
+}
+
 /// Where an [`EventLog`] stands between reads, for a later process (the critic's summary
 /// cache) to go on from: the file it was in, how far, and bytes to notice it rewritten.
 pub type EventsPlace = framed::Place;
@@ -294,6 +387,36 @@ fn flush_group(group: &mut Group, keys: &Keys, step_key: &str, out: &mut Batch) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hf_trainers_total_from_its_args() {
+        let plan = |args: &str, epoch_at| HfPlan {
+            args: Some(serde_json::from_str(args).unwrap()),
+            epoch_at,
+            file: None,
+        };
+        // max_steps wins when set.
+        let p = plan(
+            r#"{"max_steps": 1200, "num_train_epochs": 1}"#,
+            Some((1200, 0.4)),
+        );
+        assert_eq!(hf_total(&p).map(|t| t.0), Some(1200));
+        // Else epochs x floor(batches / accumulation): 1709 batches of 4 accumulated = 427
+        // updates per epoch; the last step's epoch (2.99649) reads 427.5.
+        let p = plan(
+            r#"{"max_steps": -1, "num_train_epochs": 3}"#,
+            Some((1281, 2.9964911937713623)),
+        );
+        assert_eq!(hf_total(&p).map(|t| t.0), Some(1281));
+        let p = plan(
+            r#"{"max_steps": -1, "num_train_epochs": 3.0}"#,
+            Some((5274, 3.0)),
+        );
+        assert_eq!(hf_total(&p).map(|t| t.0), Some(5274));
+        // No epoch point, no args: nothing said.
+        assert_eq!(hf_total(&plan(r#"{"num_train_epochs": 3}"#, None)), None);
+        assert_eq!(hf_total(&HfPlan::default()), None);
+    }
     use crate::metrics::mapping::LogFormat;
     use crate::metrics::tail::Tail;
 
