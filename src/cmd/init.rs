@@ -187,17 +187,23 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
                 .map_or(String::new(), |g| format!(", first: {g}"))
         );
     }
-    // Lightning counts steps but plans epochs: the total is its epochs times the steps per
-    // epoch its own rows show.
-    if trainer
-        .as_ref()
-        .is_some_and(|t| t.name == metrics::trainers::LIGHTNING)
-        && mapping.metrics.planned_total.is_none()
-    {
+    // Lightning and MMEngine count steps but may plan epochs: the total is the epochs times
+    // the steps per epoch the log's own rows show.
+    let counting = trainer.as_ref().and_then(|t| match t.name {
+        metrics::trainers::LIGHTNING => Some(metrics::trainers::Counting::FromZero),
+        metrics::trainers::MMENGINE => Some(metrics::trainers::Counting::FromOne),
+        _ => None,
+    });
+    if let Some(counting) = counting.filter(|_| mapping.metrics.planned_total.is_none()) {
         let rows = std::fs::read_to_string(&log)
-            .map(|t| metrics::trainers::epoch_rows(&t))
+            .map(|t| match counting {
+                metrics::trainers::Counting::FromZero => metrics::trainers::epoch_rows(&t),
+                metrics::trainers::Counting::FromOne => metrics::trainers::jsonl_epoch_rows(&t),
+            })
             .unwrap_or_default();
-        if let Some((total, from)) = metrics::trainers::lightning_total(&rows, &run_args) {
+        if let Some((total, from)) =
+            metrics::trainers::planned_from_epochs(&rows, &run_args, counting)
+        {
             mapping.metrics.planned_total = Some(total);
             mapping
                 .chosen

@@ -46,6 +46,13 @@ pub fn run_args(log: &Path) -> Vec<RunArgs> {
                 });
             }
         }
+        // MMEngine dumps the run's Python config beside its scalars.
+        if let Ok(text) = std::fs::read_to_string(d.join("config.py")) {
+            out.push(RunArgs {
+                file: d.join("config.py").display().to_string(),
+                values: mmengine_train_cfg(&text),
+            });
+        }
         if !out.is_empty() {
             break;
         }
@@ -64,6 +71,31 @@ pub fn run_args(log: &Path) -> Vec<RunArgs> {
             file: dir.join("params").display().to_string(),
             values,
         });
+    }
+    out
+}
+
+/// `train_cfg = dict(by_epoch=True, max_epochs=100, ...)` of an MMEngine config dump, as
+/// `train_cfg.<key>` (its `max_iters` or `max_epochs`); the rest of the Python is not read.
+pub fn mmengine_train_cfg(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Some(at) = text
+        .lines()
+        .position(|l| l.trim_start().starts_with("train_cfg = dict("))
+    else {
+        return out;
+    };
+    // The dict to its closing parenthesis (the dump may wrap it over a few lines).
+    let body: String = text.lines().skip(at).take(12).collect::<Vec<_>>().join(" ");
+    let body = body.split_once("dict(").map_or("", |b| b.1);
+    let body = body.split(')').next().unwrap_or("");
+    for pair in body.split(',') {
+        if let Some((k, v)) = pair.split_once('=') {
+            let v = v.trim().trim_matches(|c| c == '\'' || c == '"');
+            if !v.is_empty() {
+                out.insert(format!("train_cfg.{}", k.trim()), v.to_string());
+            }
+        }
     }
     out
 }
@@ -289,7 +321,7 @@ pub fn recognise(
     if jsonl && has("iter") && has("step") && has("data_time") && (has("loss") || has("lr")) {
         // MMEngine's LocalVisBackend: train records carry `iter` (and `epoch` when training
         // by epoch); validation records carry only `step`, which is then the epoch number.
-        let mut t = Trainer::new("MMEngine vis_data/scalars.json", StepUnit::Step, "iter");
+        let mut t = Trainer::new(MMENGINE, StepUnit::Step, "iter");
         t.loss = has("loss").then(|| "loss".into());
         t.lr = has("lr").then(|| "lr".into());
         t.notes.push("step <- \"iter\": validation records carry only `step`, the epoch number when training by epoch, which would read as the run going back".into());
@@ -300,7 +332,12 @@ pub fn recognise(
             t.notes
                 .push("vram <- \"memory\" (MMEngine logs the peak allocated memory in MiB)".into());
         }
-        t.total = arg_count(args, &["max_iters"]);
+        t.total = arg_count(args, &["train_cfg.max_iters", "max_iters"]);
+        if t.total.is_none() {
+            if let Some((n, from)) = arg_count(args, MMENGINE_EPOCHS) {
+                t.notes.push(format!("max_epochs {n} ({from}) counts epochs, not the iterations the log counts: iterations per epoch are read off the log's epoch column"));
+            }
+        }
         return Some(t);
     }
     if csv && has("epoch") && has("step") {
@@ -373,20 +410,50 @@ fn timm_total(args: &[RunArgs]) -> Option<(u64, String)> {
     ))
 }
 
+/// MMEngine's trainer name.
+pub const MMENGINE: &str = "MMEngine vis_data/scalars.json";
 /// Lightning CSVLogger's trainer name.
 pub const LIGHTNING: &str = "Lightning CSVLogger metrics.csv";
 /// Where a Lightning run says its planned epochs: the Trainer's own (LightningCLI's
 /// config.yaml) first, then the hyperparameters a module saved.
 const LIGHTNING_EPOCHS: &[&str] = &["trainer.max_epochs", "max_epochs", "epochs", "num_epochs"];
 
-/// A Lightning run's planned last step from its planned epochs and the log's `(epoch, step)`
-/// rows: every row of epoch `e` at global step `s` says `e·n <= s < (e+1)·n` for `n` steps per
-/// epoch (a validation row sits on its epoch's last step, pinning `n`). The smallest `n` they
-/// allow is taken, so a finished run reaches the total; refused (None) while the rows leave
-/// `n` open by more than 2% (a log of one epoch, or too sparse). Returns the last step
-/// (`epochs·n - 1`, global steps counting from 0), `n`, and the words.
-pub fn lightning_total(rows: &[(u64, u64)], args: &[RunArgs]) -> Option<(u64, String)> {
-    let (epochs, from) = arg_count(args, LIGHTNING_EPOCHS)?;
+/// Where an MMEngine run says its planned epochs (train_cfg of its config dump).
+const MMENGINE_EPOCHS: &[&str] = &["train_cfg.max_epochs", "max_epochs"];
+
+/// How a trainer counts the rows that [`planned_from_epochs`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counting {
+    /// Lightning: epochs and the global step both from 0.
+    FromZero,
+    /// MMEngine: `epoch` from 1, `iter` the iterations done (from 1).
+    FromOne,
+}
+
+/// A run's planned last step from its planned epochs (Lightning's `max_epochs`, MMEngine's
+/// `train_cfg.max_epochs`) and the log's `(epoch, step)` rows: every row of 0-based epoch `e`
+/// at 0-based step `s` says `e·n <= s < (e+1)·n` for `n` steps per epoch (a row on an epoch's
+/// last step pins `n`). The smallest `n` they allow is taken, so a finished run reaches the
+/// total; refused (None) while the rows leave `n` open by more than 2% (a log of one epoch,
+/// or too sparse), or contradict each other (a launch counting from 0 again). Returns the
+/// last step as the log counts it and the words.
+pub fn planned_from_epochs(
+    rows: &[(u64, u64)],
+    args: &[RunArgs],
+    counting: Counting,
+) -> Option<(u64, String)> {
+    let keys = match counting {
+        Counting::FromZero => LIGHTNING_EPOCHS,
+        Counting::FromOne => MMENGINE_EPOCHS,
+    };
+    let (epochs, from) = arg_count(args, keys)?;
+    let rows: Vec<(u64, u64)> = match counting {
+        Counting::FromZero => rows.to_vec(),
+        Counting::FromOne => rows
+            .iter()
+            .filter_map(|&(e, s)| Some((e.checked_sub(1)?, s.checked_sub(1)?)))
+            .collect(),
+    };
     let lo = rows.iter().map(|&(e, s)| (s + 1).div_ceil(e + 1)).max()?;
     let hi = rows
         .iter()
@@ -396,11 +463,33 @@ pub fn lightning_total(rows: &[(u64, u64)], args: &[RunArgs]) -> Option<(u64, St
     if hi < lo || (hi - lo) as f64 > 0.02 * lo as f64 {
         return None;
     }
-    let last = (epochs * lo).checked_sub(1)?;
+    let (last, how) = match counting {
+        Counting::FromZero => (
+            (epochs * lo).checked_sub(1)?,
+            ", less 1: steps count from 0",
+        ),
+        Counting::FromOne => (epochs * lo, ""),
+    };
+    let open = if hi > lo {
+        format!(": {lo} to {hi}, the fewest taken")
+    } else {
+        String::new()
+    };
     Some((
         last,
-        format!("{from} x {lo} steps per epoch (read off the log's epoch column{}), less 1: steps count from 0", if hi > lo { format!(": {lo} to {hi}, the fewest taken") } else { String::new() }),
+        format!("{from} x {lo} steps per epoch (read off the log's epoch column{open}){how}"),
     ))
+}
+
+/// The `(epoch, iter)` of every train record of MMEngine's scalars.json (validation records
+/// carry neither).
+pub fn jsonl_epoch_rows(text: &str) -> Vec<(u64, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            Some((v.get("epoch")?.as_u64()?, v.get("iter")?.as_u64()?))
+        })
+        .collect()
 }
 
 /// The `(epoch, step)` of every row of a CSV log that has both (Lightning's metrics.csv:

@@ -188,7 +188,7 @@ fn lightning_epochs_become_its_last_step_from_the_logs_epoch_column() {
     let rows = epoch_rows(csv);
     assert_eq!(rows.len(), 23, "{rows:?}");
     let hp = args("hparams.yaml", "lr: 0.01\nmax_epochs: 5\n");
-    let (last, words) = lightning_total(&rows, &hp).unwrap();
+    let (last, words) = planned_from_epochs(&rows, &hp, Counting::FromZero).unwrap();
     assert_eq!(last, 5 * 37 - 1, "{words}");
     assert!(words.contains("37 steps per epoch"), "{words}");
     // LightningCLI keeps it under `trainer:`; the module's own `epochs` is second to it.
@@ -196,13 +196,54 @@ fn lightning_epochs_become_its_last_step_from_the_logs_epoch_column() {
         "config.yaml",
         "seed_everything: 0\ntrainer:\n  accelerator: cpu\n  max_epochs: 3\nmodel:\n  epochs: 9\n",
     );
-    assert_eq!(lightning_total(&rows, &cli).map(|t| t.0), Some(3 * 37 - 1));
+    assert_eq!(
+        planned_from_epochs(&rows, &cli, Counting::FromZero).map(|t| t.0),
+        Some(3 * 37 - 1)
+    );
     // Two epochs seen: 37 to 39 steps each, too open to say.
-    assert_eq!(lightning_total(&rows[..9], &hp), None);
+    assert_eq!(
+        planned_from_epochs(&rows[..9], &hp, Counting::FromZero),
+        None
+    );
     // One epoch seen: nothing bounds it from above.
-    assert_eq!(lightning_total(&rows[..4], &hp), None);
+    assert_eq!(
+        planned_from_epochs(&rows[..4], &hp, Counting::FromZero),
+        None
+    );
     // Steps that restart (a resumed launch logging from 0 again) contradict each other.
     let mut resumed = rows.clone();
     resumed.push((3, 9));
-    assert_eq!(lightning_total(&resumed, &hp), None);
+    assert_eq!(planned_from_epochs(&resumed, &hp, Counting::FromZero), None);
+}
+
+#[test]
+fn mmengine_epochs_from_its_config_dump_and_one_based_rows() {
+    let cfg = mmengine_train_cfg(
+        "optim_wrapper = dict(optimizer=dict(lr=0.02))\ntrain_cfg = dict(by_epoch=True, max_epochs=100, val_interval=1)\nval_cfg = dict()\n",
+    );
+    assert_eq!(
+        cfg.get("train_cfg.max_epochs").map(String::as_str),
+        Some("100")
+    );
+    let args = vec![RunArgs {
+        file: "vis_data/config.py".into(),
+        values: cfg,
+    }];
+    // MMPretrain's scalars.json: one train record per epoch at its last iteration (69 each),
+    // validation records without `iter`.
+    let text = "{\"lr\": 0.02, \"epoch\": 1, \"iter\": 69, \"step\": 69}\n{\"accuracy/top1\": 43.1, \"step\": 1}\n{\"lr\": 0.02, \"epoch\": 2, \"iter\": 138, \"step\": 138}\n{\"lr\": 0.02, \"epoch\": 59, \"iter\": 4071, \"step\": 4071}\n";
+    let rows = jsonl_epoch_rows(text);
+    assert_eq!(rows, vec![(1, 69), (2, 138), (59, 4071)]);
+    let (last, words) = planned_from_epochs(&rows, &args, Counting::FromOne).unwrap();
+    assert_eq!(last, 6900, "{words}");
+    // Wrapped over lines, by iterations: max_iters is the total itself.
+    let cfg = mmengine_train_cfg("train_cfg = dict(\n    type='IterBasedTrainLoop', max_iters=20000,\n    val_interval=2000)\n");
+    assert_eq!(
+        cfg.get("train_cfg.max_iters").map(String::as_str),
+        Some("20000")
+    );
+    assert_eq!(
+        cfg.get("train_cfg.type").map(String::as_str),
+        Some("IterBasedTrainLoop")
+    );
 }
