@@ -5,6 +5,7 @@
 //! finished, not that it is stale. Planned epochs in the module's hparams.yaml and in a
 //! LightningCLI-style config.yaml (`trainer: max_epochs`), with and without validation rows.
 
+use crate::critic::{check, json_out};
 use crate::util::{self, repo_root, Env};
 use std::process::{Command, Stdio};
 
@@ -29,16 +30,6 @@ fn lightning_ready(test: &str) -> bool {
         );
     }
     ok
-}
-
-fn stale_status(stdout: &str) -> String {
-    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    v["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["check"] == "stale")
-        .map_or("none".into(), |c| c["status"].as_str().unwrap().into())
 }
 
 #[test]
@@ -110,6 +101,11 @@ fn a_lightning_run_planned_in_epochs_gets_its_last_step_and_is_finished_not_stal
             (mtime + std::time::Duration::from_secs(2 * 3600)).into();
         let now = later.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let r = env.run(&["critic", "--once", "--json", "--now", &now]);
-        assert_eq!(stale_status(&r.stdout()), "pass", "{what}\n{}", r.report());
+        assert_eq!(
+            check(&json_out(&r), "stale")["status"],
+            "pass",
+            "{what}\n{}",
+            r.report()
+        );
     }
 }

@@ -2,40 +2,15 @@
 //! wrote (tests/fixtures/one_cycle_train.py, CPU), then checked by the critic: the healthy log
 //! passes its lr check, the same log with its lr doubled from half-way fails it.
 
+use crate::critic::{check, json_out};
 use crate::util::Env;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const PY: &str = "/usr/bin/python3";
 
-fn torch_ready(test: &str) -> bool {
-    let ok = Command::new(PY)
-        .args(["-c", "import torch"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        crate::util::missing(
-            test,
-            &format!("{PY} with torch"),
-            "apt-get install python3-torch; .ci/run does",
-        );
-    }
-    ok
-}
-
-fn lr_status(stdout: &str) -> String {
-    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    v["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["check"] == "lr")
-        .map_or("none".into(), |c| c["status"].as_str().unwrap().into())
-}
-
 #[test]
 fn torch_one_cycle_is_fitted_by_init_and_checked_by_the_critic() {
-    if !torch_ready("torch_one_cycle_is_fitted_by_init_and_checked_by_the_critic") {
+    if !crate::util::torch_ready("torch_one_cycle_is_fitted_by_init_and_checked_by_the_critic") {
         return;
     }
     // (max_lr, pct_start, total steps, log every)
@@ -80,7 +55,12 @@ fn torch_one_cycle_is_fitted_by_init_and_checked_by_the_critic() {
 
         env.run(&["check"]).expect(0);
         let ok = env.run(&["critic", "--once", "--json"]);
-        assert_eq!(lr_status(&ok.stdout()), "pass", "{what}\n{}", ok.report());
+        assert_eq!(
+            check(&json_out(&ok), "lr")["status"],
+            "pass",
+            "{what}\n{}",
+            ok.report()
+        );
 
         // The same run with its lr doubled from half-way.
         let text = env.read("train.jsonl");
@@ -96,6 +76,11 @@ fn torch_one_cycle_is_fitted_by_init_and_checked_by_the_critic() {
             .collect();
         env.write("doubled.jsonl", bad);
         let r = env.run(&["critic", "--once", "--json", "--log", "doubled.jsonl"]);
-        assert_eq!(lr_status(&r.stdout()), "fail", "{what}\n{}", r.report());
+        assert_eq!(
+            check(&json_out(&r), "lr")["status"],
+            "fail",
+            "{what}\n{}",
+            r.report()
+        );
     }
 }

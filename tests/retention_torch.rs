@@ -9,7 +9,7 @@
 use crate::util::Env;
 use crate::watch::{records, roger, wait_child};
 use roger::ledger::{Kind, Record};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 const PY: &str = "/usr/bin/python3";
@@ -17,22 +17,6 @@ const STEPS: u64 = 600;
 const POISON_FROM: u64 = 150;
 /// The script's POISON_LEN: batches 150..=179 are poisoned.
 const POISON_END: u64 = 180;
-
-fn torch_ready(test: &str) -> bool {
-    let ok = Command::new(PY)
-        .args(["-c", "import torch"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        crate::util::missing(
-            test,
-            &format!("{PY} with torch"),
-            "apt-get install python3-torch; .ci/run does",
-        );
-    }
-    ok
-}
 
 fn config() -> String {
     format!(
@@ -101,7 +85,9 @@ fn summary(recs: &[Record]) -> String {
 
 #[test]
 fn a_torch_run_that_explodes_on_poisoned_data_rolls_back_under_keep_last_3() {
-    if !torch_ready("a_torch_run_that_explodes_on_poisoned_data_rolls_back_under_keep_last_3") {
+    if !crate::util::torch_ready(
+        "a_torch_run_that_explodes_on_poisoned_data_rolls_back_under_keep_last_3",
+    ) {
         return;
     }
     let env = Env::new();

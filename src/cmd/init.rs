@@ -204,13 +204,7 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
         if let Some((total, from)) =
             metrics::trainers::planned_from_epochs(&rows, &run_args, counting)
         {
-            mapping.metrics.planned_total = Some(total);
-            mapping
-                .chosen
-                .push(("planned_total", format!("{total}  # {from}")));
-            mapping
-                .notes
-                .push(format!("planned total: step {total} ({from})"));
+            plan_total(&mut mapping, total, &from);
         }
     }
     // A Hugging Face Trainer's event files carry its arguments: max_steps, or its epochs.
@@ -218,13 +212,7 @@ pub fn run(global: &Global, a: InitArgs) -> Result<u8> {
         if let Some((total, from)) =
             metrics::tensorboard::hf_total(&metrics::tensorboard::hf_plan(&log))
         {
-            mapping.metrics.planned_total = Some(total);
-            mapping
-                .chosen
-                .push(("planned_total", format!("{total}  # {from}")));
-            mapping
-                .notes
-                .push(format!("planned total: step {total} ({from})"));
+            plan_total(&mut mapping, total, &from);
         }
     }
     if trainer.is_none() && detected.format == LogFormat::Mlflow {
@@ -323,6 +311,18 @@ fn first_csv_step(log: &Path, format: LogFormat, keys: &[String]) -> Option<u64>
         .parse::<f64>()
         .ok()
         .map(|v| v as u64)
+}
+
+/// A planned total init found outside the log's samples, with where it came from: into the
+/// mapping, the config (`[metrics] planned_total`, commented) and the summary.
+fn plan_total(mapping: &mut detect::Mapping, total: u64, from: &str) {
+    mapping.metrics.planned_total = Some(total);
+    mapping
+        .chosen
+        .push(("planned_total", format!("{total}  # {from}")));
+    mapping
+        .notes
+        .push(format!("planned total: step {total} ({from})"));
 }
 
 /// Whether `dir` is an MLflow run directory of the file store (`mlruns/<exp>/<run>/`):

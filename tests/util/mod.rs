@@ -47,6 +47,24 @@ pub fn missing(test: &str, component: &str, how: &str) {
     eprintln!("SKIPPED {test}: {component} is missing ({how})");
 }
 
+/// Whether /usr/bin/python3 imports torch (Debian's python3-torch); when not, says so through
+/// [`missing`].
+pub fn torch_ready(test: &str) -> bool {
+    let ok = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import torch"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        missing(
+            test,
+            "/usr/bin/python3 with torch",
+            "apt-get install python3-torch; .ci/run does",
+        );
+    }
+    ok
+}
+
 pub struct Env {
     pub dir: tempfile::TempDir,
 }
