@@ -255,7 +255,7 @@ fn init_maps_the_tags_of_every_event_file_of_a_directory() {
     );
 }
 
-/// Real HF Trainer logging dirs (tests/fixtures/hf_tensorboard_real/SOURCES.md): init fits the
+/// Real HF Trainer logging dirs (tests/fixtures/tensorboard_real/SOURCES.md): init fits the
 /// schedule their args name, and two hours after the last write the finished run passes.
 #[test]
 fn real_hf_trainer_event_directories_are_fitted_as_their_args_say() {
@@ -266,7 +266,7 @@ fn real_hf_trainer_event_directories_are_fitted_as_their_args_say() {
     ] {
         let env = Env::new();
         let from = repo_root()
-            .join("tests/fixtures/hf_tensorboard_real")
+            .join("tests/fixtures/tensorboard_real")
             .join(dir);
         let mut newest = std::time::SystemTime::UNIX_EPOCH;
         for e in std::fs::read_dir(&from).unwrap().flatten() {
@@ -312,6 +312,44 @@ fn real_hf_trainer_event_directories_are_fitted_as_their_args_say() {
         assert_eq!(v["status"], "pass", "{dir}\n{}", r.report());
         assert_eq!(check(&v, "lr")["status"], "pass", "{dir}\n{}", r.report());
     }
+}
+
+/// A real YOLOv8 run's TensorBoard events (tests/fixtures/tensorboard_real/SOURCES.md): YOLO
+/// known by its tags (init had mapped nothing and refused), its epochs from args.yaml, and the
+/// finished run passing two hours after.
+#[test]
+fn a_real_yolo_event_file_is_read_as_yolo_by_epoch() {
+    let env = Env::new();
+    let dir = "yolov8-fire-smoke-train";
+    let from = repo_root()
+        .join("tests/fixtures/tensorboard_real")
+        .join(dir);
+    let mut newest = std::time::SystemTime::UNIX_EPOCH;
+    for e in std::fs::read_dir(&from).unwrap().flatten() {
+        let to = env.write(
+            &format!("{dir}/{}", e.file_name().to_string_lossy()),
+            std::fs::read(e.path()).unwrap(),
+        );
+        newest = newest.max(std::fs::metadata(to).unwrap().modified().unwrap());
+    }
+    let init = env.run(&["init", "--log", dir]).expect(0);
+    assert!(
+        init.stderr()
+            .contains("trainer: Ultralytics YOLO TensorBoard events"),
+        "{}",
+        init.report()
+    );
+    let cfg = roger::config::Config::load(&env.path("roger.toml")).unwrap();
+    assert_eq!(cfg.metrics.loss, "train/box_loss");
+    assert_eq!(cfg.metrics.eval_loss, "val/box_loss");
+    assert_eq!(cfg.metrics.unit, roger::config::StepUnit::Epoch);
+    assert_eq!(cfg.metrics.planned_total, Some(25), "{}", init.report());
+    let later: chrono::DateTime<chrono::Utc> = (newest + Duration::from_secs(2 * 3600)).into();
+    let now = later.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let r = env.run(&["critic", "--once", "--json", "--now", &now]);
+    let v = json_out(&r);
+    assert_eq!(v["status"], "pass", "{}", r.report());
+    assert_eq!(check(&v, "stale")["status"], "pass", "{}", r.report());
 }
 
 fn mlflow_config(log: &str, format: &str) -> String {

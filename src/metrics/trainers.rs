@@ -308,6 +308,9 @@ pub fn recognise(
     {
         return Some(yolo(keys, first_step, args));
     }
+    if format == LogFormat::Tensorboard && has("train/box_loss") {
+        return Some(yolo_events(keys, args));
+    }
     if jsonl && has("iteration") && has("total_loss") {
         let mut t = Trainer::new("detectron2 metrics.json", StepUnit::Step, "iteration");
         t.loss = Some("total_loss".into());
@@ -569,6 +572,33 @@ fn yolo(keys: &[String], first_step: Option<u64>, args: &[RunArgs]) -> Trainer {
     t.notes
         .push("one row per epoch: the axis counts epochs".into());
     t.total = zero_based(arg_count(args, &["epochs"]), first_step);
+    t
+}
+
+/// Ultralytics YOLO's TensorBoard events (`runs/detect/train/events.out.tfevents.*` beside
+/// args.yaml): the same tags as its results.csv, one point per epoch at the event's step
+/// (YOLOv8 and later: epoch + 1; YOLOv5: the epoch from 0, with `x/lr0..2`).
+fn yolo_events(keys: &[String], args: &[RunArgs]) -> Trainer {
+    let has = |k: &str| keys.iter().any(|x| x == k);
+    let v5 = has("x/lr0");
+    let mut t = Trainer::new(
+        "Ultralytics YOLO TensorBoard events",
+        StepUnit::Epoch,
+        "step",
+    );
+    t.lr = ["lr/pg1", "x/lr1"]
+        .iter()
+        .find(|k| has(k))
+        .map(|k| k.to_string());
+    if let Some(l) = &t.lr {
+        t.notes.push(format!("lr <- {l:?}: YOLO's pg0 is the bias group, which warms down; the schedule is read from pg1"));
+    }
+    t.loss = Some("train/box_loss".into());
+    t.eval_loss = has("val/box_loss").then(|| "val/box_loss".into());
+    t.notes.push("loss <- \"train/box_loss\": YOLO logs its loss in parts (box, cls, dfl or obj); the box loss is in every version".into());
+    t.notes
+        .push("one point per epoch: the axis counts epochs".into());
+    t.total = zero_based(arg_count(args, &["epochs"]), Some(u64::from(!v5)));
     t
 }
 

@@ -247,3 +247,44 @@ fn mmengine_epochs_from_its_config_dump_and_one_based_rows() {
         Some("IterBasedTrainLoop")
     );
 }
+
+#[test]
+fn yolo_tensorboard_events_by_their_tags() {
+    let v8 = keys("train/box_loss,train/cls_loss,train/dfl_loss,val/box_loss,metrics/mAP50(B)");
+    let t = recognise(
+        LogFormat::Tensorboard,
+        &v8,
+        None,
+        &args("args.yaml", "epochs: 25\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            t.step.as_str(),
+            t.unit,
+            t.loss.as_deref(),
+            t.lr,
+            t.total.map(|t| t.0)
+        ),
+        (
+            "step",
+            StepUnit::Epoch,
+            Some("train/box_loss"),
+            None,
+            Some(25)
+        )
+    );
+    // YOLOv5 logs x/lr0..2 at the 0-based epoch: the last is epochs - 1, the lr pg1's.
+    let v5 = keys("train/box_loss,train/obj_loss,x/lr0,x/lr1,x/lr2");
+    let t = recognise(
+        LogFormat::Tensorboard,
+        &v5,
+        None,
+        &args("opt.yaml", "epochs: 300\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        (t.lr.as_deref(), t.total.map(|t| t.0)),
+        (Some("x/lr1"), Some(299))
+    );
+}
