@@ -93,6 +93,17 @@ impl LineParser for CsvParser {
             }
             return Parsed::Skip;
         };
+        // The header again: a resumed run's writer appends its header before its rows (timm's
+        // summary.csv); a header, not a row of numbers.
+        if self.cells.len() == self.names.len()
+            && self
+                .cells
+                .iter()
+                .zip(&self.names)
+                .all(|(&(s, e), n)| unquote(&line[s..e], &mut self.unquoted) == n.as_bytes())
+        {
+            return Parsed::Skip;
+        }
         if self.cells.len() != columns.len() {
             return Parsed::Garbage(format!(
                 "expected {} CSV cells (as in the header), found {}",
@@ -167,6 +178,12 @@ mod tests {
         assert_eq!((s.get("loss"), s.get("eval_loss")), (None, Some(2.75)));
         assert!(matches!(p.parse(b"0,1,2"), Parsed::Garbage(w) if w.contains("expected 5")));
         assert!(matches!(p.parse(b"0,x,2,,"), Parsed::Garbage(w) if w.contains("\"x\"")));
+        // The header again (a resumed run's writer appended it): no row, no complaint.
+        assert_eq!(
+            p.parse(b"epoch,step,train_loss,val_loss,lr-AdamW"),
+            Parsed::Skip
+        );
+        assert!(matches!(p.parse(b"1,149,2.25,,"), Parsed::Sample(_)));
         p.reset();
         assert!(matches!(p.parse(b"a,b"), Parsed::Garbage(w) if w.contains("no `step`")));
     }
