@@ -5,10 +5,14 @@
 //! critic's fail arrives after the run has published 150, 160 and 170; retention must not have
 //! pruned every checkpoint before 150 by then (before the fix it had: the watch stopped with
 //! `no_checkpoint`). The run rolls back before 150, skips the poisoned data and finishes.
+//!
+//! The script holds its first poisoned batch until the critic has passed a step (POISON_GATE):
+//! on a fast machine the run reached step 425 before the critic's first look, whose first
+//! verdict was then the fail, so nothing had ever been vouched for (CI saw `no_checkpoint`).
 
 use crate::util::Env;
 use crate::watch::{records, roger, wait_child};
-use roger::ledger::{Kind, Record};
+use roger::ledger::{Kind, Ledger, Record};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -104,8 +108,10 @@ fn a_torch_run_that_explodes_on_poisoned_data_rolls_back_under_keep_last_3() {
             "poisoned_train.py".into(),
         ],
     );
+    let gate = env.path("poison.gate");
     w.env("STEPS", STEPS.to_string())
         .env("POISON_FROM", POISON_FROM.to_string())
+        .env("POISON_GATE", &gate)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(env.path("watch.err")).unwrap());
     let mut watch = w.spawn().unwrap();
@@ -113,6 +119,24 @@ fn a_torch_run_that_explodes_on_poisoned_data_rolls_back_under_keep_last_3() {
     c.stdout(Stdio::null())
         .stderr(std::fs::File::create(env.path("critic.err")).unwrap());
     let mut critic = c.spawn().unwrap();
+    // Open the gate once the critic vouched for a step with a checkpoint at or before it.
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(60) {
+        let vouched = Ledger::new(env.path("roger-ledger.jsonl"))
+            .records()
+            .unwrap_or_default()
+            .iter()
+            .any(|r| {
+                r.kind == Kind::Verdict
+                    && r.str_field("status") == Some("pass")
+                    && r.step.is_some_and(|s| s >= 10)
+            });
+        if vouched {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::write(&gate, b"").unwrap();
     let status = wait_child(&mut watch, Duration::from_secs(120));
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(critic.id() as i32),
