@@ -30,6 +30,8 @@ struct Expect {
     planned_total: Option<u64>,
     /// The lr key init writes (absent: the log has no lr).
     lr: Option<String>,
+    /// The eval score key init writes (higher is better: top-1, mAP).
+    eval_score: Option<String>,
     #[serde(default)]
     passes: bool,
     why: Option<String>,
@@ -289,6 +291,12 @@ fn trainers_logs_through_init_check_and_critic() {
             bad(
                 cfg.contains(&format!("lr = \"{lr}\"")),
                 format!("lr key {lr}"),
+            );
+        }
+        if let Some(k) = &want.eval_score {
+            bad(
+                cfg.contains(&format!("eval_score = \"{k}\"")),
+                format!("eval_score key {k}"),
             );
         }
         env.run(&["check"]).expect(0);

@@ -311,6 +311,7 @@ pub(crate) mod tests {
             step,
             eval_loss: Num(e),
             train_loss: Some(Num(t)),
+            score: None,
         };
         o.evals = vec![ev(1000, 0.32, 0.05), ev(2000, 0.36, 0.01)];
         // Two evals are not a 3-eval trend: waiting, and saying why (rules 2).

@@ -284,6 +284,9 @@ pub struct EvalPoint {
     pub step: u64,
     pub eval_loss: Num,
     pub train_loss: Option<Num>,
+    /// `[metrics] eval_score` at the same eval (higher is better), where the run logs one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<Num>,
 }
 
 /// VRAM read from the GPU when the log has none.

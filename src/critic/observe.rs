@@ -9,7 +9,9 @@ use super::onset::{PhaseRule, Rules, Tracker};
 use super::{EvalPoint, GpuVram, Num, ObsSample, Observation, Quiet, Settings, Thresholds};
 use crate::config::Config;
 use crate::gpu::GpuReader;
-use crate::metrics::{Record, EVAL_LOSS, GRAD_NORM, LOSS, LR, LR_GROUPS, METRICS, SLOTS};
+use crate::metrics::{
+    Record, EVAL_LOSS, EVAL_SCORE, GRAD_NORM, LOSS, LR, LR_GROUPS, METRICS, SLOTS,
+};
 use std::collections::VecDeque;
 
 pub(crate) const EVALS_KEPT: usize = 64;
@@ -190,6 +192,7 @@ impl History {
                 step: s.step,
                 eval_loss: Num(e),
                 train_loss: train,
+                score: s.get(EVAL_SCORE).map(Num),
             });
             self.pending_train.clear();
             if self.evals.len() > EVALS_KEPT {

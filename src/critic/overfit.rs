@@ -106,7 +106,7 @@ pub fn judge_evals(
         patience, floor, k, ..
     } = *rule;
     let expected = json!({"evals_above_to_fail": patience, "margin_min": floor, "noise_factor": k,
-        "rule": "eval loss not above its best + margin while train loss falls"});
+        "rule": "eval loss not above its best + margin while train loss falls (and the eval score, where logged, falls below its value at the best)"});
     let newest = evals.last().expect("non-empty");
     if !newest.eval_loss.0.is_finite() {
         return Some(
@@ -204,6 +204,32 @@ pub fn judge_evals(
     };
     observed["train_loss_at_best"] = json!(train.map(|t| num(t.0)));
     observed["train_loss_newest"] = json!(train.map(|t| num(t.1)));
+    // The run's eval score (accuracy, mAP) at the best eval loss and now: not worse means
+    // the model still generalises as well or better; the loss rises as it grows confident
+    // (label smoothing, mixup, a cooldown sharpening the logits), which is not overfitting.
+    let score = match (best.score, newest.score) {
+        (Some(a), Some(z)) if a.0.is_finite() && z.0.is_finite() => Some((a.0, z.0)),
+        _ => None,
+    };
+    if let Some((a, z)) = score {
+        observed["eval_score_at_best"] = json!(num(a));
+        observed["eval_score_newest"] = json!(num(z));
+        if z >= a {
+            return Some(
+                CheckResult::new(
+                    "eval",
+                    Status::Pass,
+                    format!(
+                        "{trend}, but the eval score rose {} → {} since then: the model grows confident, it does not generalise worse (not overfitting)",
+                        fmt(a),
+                        fmt(z)
+                    ),
+                )
+                .observed(observed)
+                .expected(expected),
+            );
+        }
+    }
     match train {
         Some((a, z)) if z < a => {
             let checkpoint = near_best

@@ -17,6 +17,7 @@ fn obs(evals: &[(u64, f64, f64)]) -> Observation {
             step,
             eval_loss: Num(e),
             train_loss: Some(Num(t)),
+            score: None,
         })
         .collect();
     o
@@ -41,6 +42,7 @@ fn the_first_eval_above_best_plus_margin_warns_and_eval_window_in_a_row_fail() {
         step: 2168,
         eval_loss: Num(0.215),
         train_loss: Some(Num(0.01)),
+        score: None,
     });
     o.near_best = Some(NearBest {
         path: "/ck/checkpoint-1626".into(),
@@ -73,12 +75,14 @@ fn the_first_eval_above_best_plus_margin_warns_and_eval_window_in_a_row_fail() {
         step: 2710,
         eval_loss: Num(0.237),
         train_loss: Some(Num(0.002)),
+        score: None,
     });
     assert_eq!(check(&o).status, Status::Warn, "2 < eval_window 3");
     o.evals.push(EvalPoint {
         step: 3252,
         eval_loss: Num(0.24),
         train_loss: Some(Num(0.0002)),
+        score: None,
     });
     let fail = check(&o);
     assert_eq!(fail.status, Status::Fail, "{}", fail.reason);
@@ -163,6 +167,7 @@ fn evals_above_must_be_in_a_row() {
         step: 600,
         eval_loss: Num(0.47),
         train_loss: Some(Num(0.4)),
+        score: None,
     });
     let r = check(&o);
     assert_eq!(
@@ -173,6 +178,7 @@ fn evals_above_must_be_in_a_row() {
         step: 700,
         eval_loss: Num(0.30),
         train_loss: Some(Num(0.3)),
+        score: None,
     });
     let r = check(&o);
     assert_eq!(r.status, Status::Pass, "a new best: {}", r.reason);
@@ -222,6 +228,7 @@ fn one_eval_waits_and_a_nan_eval_fails() {
         step: 200,
         eval_loss: Num(f64::NAN),
         train_loss: Some(Num(0.9)),
+        score: None,
     });
     assert_eq!(check(&o).status, Status::Fail);
     assert!(eval(&obs(&[])).is_none(), "no evals: not declared");
@@ -288,4 +295,49 @@ fn older_rules_keep_the_old_eval_trend() {
     o.rules = 2;
     let r = crate::critic::checks::eval(&o).unwrap();
     assert_eq!(r.unjudged, Some(Unjudged::Waiting), "{}", r.reason);
+}
+
+/// A loss rising while the eval score (top-1) still improves is the model growing
+/// confident, not overfitting: pass, said; the same rise with the score falling fails as
+/// before. (timm's ConvNeXt under Adan: eval loss +2.8% over its best in the cooldown while
+/// top-1 still rose.)
+#[test]
+fn a_rising_eval_loss_with_a_rising_eval_score_is_not_overfitting() {
+    let with = |scores: [f64; 6]| {
+        let mut o = obs(&[
+            (100, 0.90, 2.0),
+            (200, 0.85, 1.9),
+            (300, 0.84, 1.8),
+            (301, 0.87, 1.7),
+            (302, 0.88, 1.6),
+            (303, 0.89, 1.5),
+        ]);
+        for (e, s) in o.evals.iter_mut().zip(scores) {
+            e.score = Some(Num(s));
+        }
+        o
+    };
+    let rising = check(&with([80.0, 81.0, 81.5, 81.6, 81.8, 82.0]));
+    assert_eq!(rising.status, Status::Pass, "{}", rising.reason);
+    assert!(
+        rising
+            .reason
+            .contains("but the eval score rose 81.5 → 82 since then"),
+        "{}",
+        rising.reason
+    );
+    assert_eq!(rising.observed["eval_score_newest"], json!(82.0));
+    let falling = check(&with([80.0, 81.0, 81.5, 81.2, 81.0, 80.9]));
+    assert_eq!(falling.status, Status::Fail, "{}", falling.reason);
+    assert!(
+        falling.reason.starts_with("overfitting: "),
+        "{}",
+        falling.reason
+    );
+    // Without a score the rule is unchanged.
+    let mut none = with([0.0; 6]);
+    for e in &mut none.evals {
+        e.score = None;
+    }
+    assert_eq!(check(&none).status, Status::Fail);
 }

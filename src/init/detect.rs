@@ -865,6 +865,14 @@ pub fn map_keys(d: &Detected) -> Mapping {
     if m.tokens_per_s.is_empty() || !has(&m.tokens_per_s) {
         set("tokens", TOKENS, Some(Meaning::Tokens), &mut m.tokens);
     }
+    // The eval score beside the eval loss, so a loss rise while the score improves is not called overfitting.
+    if !m.eval_loss.is_empty() {
+        if let Some((k, why)) = meaning::best(&d.keys, Meaning::EvalScore) {
+            notes.push(format!("eval_score <- {k:?} ({why}; higher is better)"));
+            chosen.push(("eval_score", format!("{k:?}")));
+            m.eval_score = k.to_string();
+        }
+    }
     // Lightning's LearningRateMonitor: `lr-AdamW`, `lr-Muon`, ... one per optimizer/group.
     let groups: Vec<String> = d
         .keys
@@ -976,6 +984,11 @@ fn map_by_meaning(d: &Detected) -> Mapping {
     m.grad_norm = take("grad_norm", by(Meaning::GradNorm), &mut notes);
     m.tokens_per_s = take("tokens_per_s", by(Meaning::TokensPerS), &mut notes);
     m.eval_loss = take("eval_loss", by(Meaning::EvalLoss), &mut notes);
+    if !m.eval_loss.is_empty() {
+        if let Some(k) = by(Meaning::EvalScore) {
+            m.eval_score = take("eval_score", Some(k), &mut notes);
+        }
+    }
     let counter_total = format!("max_{}", m.step);
     let total = match d.keys.iter().find(|k| **k == counter_total) {
         Some(k) => Some((

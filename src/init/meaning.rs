@@ -13,6 +13,8 @@ pub enum Meaning {
     GradNorm,
     TokensPerS,
     EvalLoss,
+    /// An eval metric where higher is better (accuracy, top-1, mAP).
+    EvalScore,
     Total,
     Tokens,
 }
@@ -27,6 +29,7 @@ impl Meaning {
             Meaning::GradNorm => "grad_norm",
             Meaning::TokensPerS => "tokens_per_s",
             Meaning::EvalLoss => "eval_loss",
+            Meaning::EvalScore => "eval_score",
             Meaning::Total => "total_steps",
             Meaning::Tokens => "tokens",
         }
@@ -91,6 +94,28 @@ pub fn meaning(key: &str) -> Option<(Meaning, u8)> {
         "total_norm" | "grad_l2_norm" => (Meaning::GradNorm, 1),
         "norm" => (Meaning::GradNorm, 5),
         "loss" | "lm_loss" if eval_ctx => (Meaning::EvalLoss, 0),
+        // Higher-is-better eval metrics: accuracy first, then detection's mAP (YOLO's
+        // `metrics/mAP50-95(B)`, detectron2's `bbox/AP`), then F1.
+        "accuracy" | "acc" | "top1" | "acc1" | "top_1" if eval_ctx => (Meaning::EvalScore, 0),
+        "eval_accuracy"
+        | "val_accuracy"
+        | "val_acc"
+        | "eval_acc"
+        | "eval_top1"
+        | "val_top1"
+        | "eval_acc1"
+        | "val_acc1"
+        | "valid_acc"
+        | "valid_accuracy"
+        | "validation_accuracy"
+        | "test_accuracy"
+        | "test_acc" => (Meaning::EvalScore, 0),
+        l if l.starts_with("map50_95") && before.first() == Some(&"metrics") => {
+            (Meaning::EvalScore, 1)
+        }
+        "ap" if matches!(before.first(), Some(&"bbox") | Some(&"segm")) => (Meaning::EvalScore, 2),
+        "f1" | "f1_score" if eval_ctx => (Meaning::EvalScore, 3),
+        "eval_f1" | "val_f1" => (Meaning::EvalScore, 3),
         "loss" => (
             Meaning::Loss,
             if train_ctx || before.is_empty() { 0 } else { 3 },
@@ -200,6 +225,26 @@ mod tests {
             assert_eq!(of(k), None, "{k}");
         }
         assert_eq!(of("max_iter"), Some(Meaning::Total));
+        for k in [
+            "eval_top1",
+            "val_accuracy",
+            "eval/accuracy",
+            "val/acc",
+            "metrics/mAP50-95(B)",
+            "bbox/AP",
+            "eval_f1",
+        ] {
+            assert_eq!(of(k), Some(Meaning::EvalScore), "{k}");
+        }
+        // A train accuracy, mAP at one threshold and a per-class AP are not the eval score.
+        for k in [
+            "accuracy",
+            "train/acc",
+            "metrics/mAP50(B)",
+            "bbox/AP-balloon",
+        ] {
+            assert_ne!(of(k), Some(Meaning::EvalScore), "{k}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use crate::critic::overfit::{self, Rule, DEFAULT_MARGIN, DEFAULT_NOISE};
 use crate::critic::{fmt, EvalPoint, Num, Status};
-use crate::metrics::{Sample, EVAL_LOSS, LOSS};
+use crate::metrics::{Sample, EVAL_LOSS, EVAL_SCORE, LOSS};
 
 /// `[critic] eval_window` proposed: the first eval above best + margin warns, the third fails.
 pub const EVAL_WINDOW: usize = 3;
@@ -31,6 +31,7 @@ pub fn evals(samples: &[Sample]) -> Vec<EvalPoint> {
                 step: s.step,
                 eval_loss: Num(e),
                 train_loss: crate::critic::stats::median(pending[start..].iter().copied()).map(Num),
+                score: s.get(EVAL_SCORE).map(Num),
             });
             pending.clear();
         }

@@ -148,7 +148,7 @@ impl Derive {
                     false
                 }
                 (None, Some((step, time))) => {
-                    let mut values = [None; 11];
+                    let mut values = [None; crate::metrics::N_SLOTS];
                     values[TOTAL_SLOT] = Some(step as f64);
                     *r = Record { step, time, values };
                     true
@@ -164,7 +164,7 @@ mod tests {
     use super::*;
 
     fn rec(step: u64, time: Option<f64>, tokens: Option<f64>) -> Record {
-        let mut values = [None; 11];
+        let mut values = [None; crate::metrics::N_SLOTS];
         values[TOKENS_SLOT] = tokens;
         Record { step, time, values }
     }
@@ -236,7 +236,7 @@ mod tests {
     #[test]
     fn a_declared_total_goes_on_later_samples_and_an_end_becomes_the_last_step() {
         let mark = |t: Option<f64>| {
-            let mut values = [None; 11];
+            let mut values = [None; crate::metrics::N_SLOTS];
             values[TOTAL_SLOT] = t;
             Record {
                 step: MARK,

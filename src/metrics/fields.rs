@@ -3,7 +3,8 @@
 //! collects one line and finishes it into a sample, a partial sample or garbage.
 
 use super::{
-    num, parse_num, parse_time, Parsed, Record, LR_GROUPS, TOKENS_SLOT, TOTAL_SLOT, TPS_SLOT,
+    num, parse_num, parse_time, Parsed, Record, EVAL_SCORE_SLOT, LR_GROUPS, TOKENS_SLOT,
+    TOTAL_SLOT, TPS_SLOT,
 };
 use crate::metrics::mapping::MetricsConfig;
 
@@ -59,6 +60,7 @@ impl Keys {
         }
         wanted.push((Target::Metric(TOTAL_SLOT), m.total_steps.clone()));
         wanted.push((Target::Metric(TOKENS_SLOT), m.tokens.clone()));
+        wanted.push((Target::Metric(EVAL_SCORE_SLOT), m.eval_score.clone()));
         let wanted: Vec<(Target, Vec<u8>)> = wanted
             .into_iter()
             .filter(|(_, k)| !k.is_empty())
@@ -149,7 +151,7 @@ pub struct Fields {
     pub step: Option<f64>,
     pub time: Option<f64>,
     pub step_time: Option<f64>,
-    pub values: [Option<f64>; 11],
+    pub values: [Option<f64>; crate::metrics::N_SLOTS],
     /// Why a wanted field could not be read (first problem only).
     pub bad: Option<String>,
 }

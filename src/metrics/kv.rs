@@ -264,6 +264,7 @@ impl KvParser {
             &mut m.tokens_per_s,
             &mut m.vram,
             &mut m.eval_loss,
+            &mut m.eval_score,
             &mut m.time,
             &mut m.total_steps,
             &mut m.step_time,

@@ -40,6 +40,10 @@ pub struct MetricsConfig {
     pub vram: String,
     pub vram_unit: VramUnit,
     pub eval_loss: String,
+    /// An eval metric where higher is better (accuracy, top-1, mAP), logged with the eval
+    /// loss: while it still improves, a rising eval loss is not called overfitting. Empty:
+    /// none.
+    pub eval_score: String,
     /// Wall-clock time of the sample (see `clock`); absent → time it was read.
     pub time: String,
     /// How `time` counts: unix (seconds or RFC 3339), elapsed (seconds or H:MM:SS since the
@@ -80,6 +84,7 @@ impl Default for MetricsConfig {
             vram: "vram_gib".into(),
             vram_unit: VramUnit::GiB,
             eval_loss: "eval_loss".into(),
+            eval_score: String::new(),
             time: "time".into(),
             clock: Clock::Unix,
             total_steps: String::new(),

@@ -46,8 +46,14 @@ pub const LR_GROUPS: [&str; 4] = [LR, "lr#2", "lr#3", "lr#4"];
 pub const TOTAL_STEPS: &str = "total_steps";
 /// A cumulative token counter (turned into tokens/s by [`derive`]).
 pub const TOKENS: &str = "tokens";
+/// An eval metric where higher is better (accuracy, top-1, mAP): the overfitting check
+/// reads it beside the eval loss (a loss rising while the score still improves is the
+/// model growing confident, not overfitting).
+pub const EVAL_SCORE: &str = "eval_score";
+/// How many slots a [`Record`] has.
+pub const N_SLOTS: usize = 12;
 /// Every slot of a [`Record`]: the judged [`METRICS`] first, then what feeds them.
-pub const SLOTS: [&str; 11] = [
+pub const SLOTS: [&str; N_SLOTS] = [
     LOSS,
     LR,
     GRAD_NORM,
@@ -59,6 +65,7 @@ pub const SLOTS: [&str; 11] = [
     LR_GROUPS[3],
     TOTAL_STEPS,
     TOKENS,
+    EVAL_SCORE,
 ];
 /// Index in [`SLOTS`].
 pub fn slot(name: &str) -> Option<usize> {
@@ -66,6 +73,7 @@ pub fn slot(name: &str) -> Option<usize> {
 }
 pub(crate) const TOTAL_SLOT: usize = 9;
 pub(crate) const TOKENS_SLOT: usize = 10;
+pub(crate) const EVAL_SCORE_SLOT: usize = 11;
 pub(crate) const TPS_SLOT: usize = 3;
 
 /// Garbage lines kept with their reason; beyond this only the count grows.
@@ -94,7 +102,7 @@ pub struct Record {
     pub step: u64,
     pub time: Option<f64>,
     /// Indexed like [`SLOTS`].
-    pub values: [Option<f64>; 11],
+    pub values: [Option<f64>; N_SLOTS],
 }
 
 impl Record {
@@ -128,7 +136,7 @@ impl Record {
 
 impl From<&Sample> for Record {
     fn from(s: &Sample) -> Record {
-        let mut values = [None; 11];
+        let mut values = [None; N_SLOTS];
         for (i, m) in SLOTS.iter().enumerate() {
             values[i] = s.get(m);
         }
@@ -426,19 +434,11 @@ mod tests {
             .map(|i| Record {
                 step: i,
                 time: (i % 2 == 0).then_some(1.0),
-                values: [
-                    Some(i as f64),
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                ],
+                values: {
+                    let mut v = [None; N_SLOTS];
+                    v[0] = Some(i as f64);
+                    v
+                },
             })
             .collect();
         let samples = to_samples(&recs, Some(9.0));

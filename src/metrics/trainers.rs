@@ -146,6 +146,8 @@ pub struct Trainer {
     pub loss: Option<String>,
     pub lr: Option<String>,
     pub eval_loss: Option<String>,
+    /// Its eval score (higher is better: top-1, mAP) beside the eval loss.
+    pub eval_score: Option<String>,
     /// The sample time: a key and how it counts; None: samples are timed when read.
     pub time: Option<(String, Clock)>,
     /// The log's `time` key is no clock (detectron2's and MMEngine's: the seconds one
@@ -169,6 +171,7 @@ impl Trainer {
             loss: None,
             lr: None,
             eval_loss: None,
+            eval_score: None,
             time: None,
             time_is_duration: false,
             vram: None,
@@ -204,6 +207,10 @@ impl Trainer {
         if let Some(e) = &self.eval_loss {
             m.eval_loss = e.clone();
             set("eval_loss", Some(format!("{e:?}")));
+        }
+        if let Some(e) = &self.eval_score {
+            m.eval_score = e.clone();
+            set("eval_score", Some(format!("{e:?}")));
         }
         // The time: only where the trainer says what its time is.
         if self.time_is_duration || self.time.is_some() {
@@ -247,6 +254,7 @@ impl Trainer {
             ("loss", self.loss.is_some()),
             ("lr", self.lr.is_some()),
             ("eval_loss", self.eval_loss.is_some()),
+            ("eval_score", self.eval_score.is_some()),
             ("vram", self.vram.is_some()),
             ("total_steps", self.total.is_some()),
         ] {
@@ -288,6 +296,7 @@ pub fn recognise(
     args: &[RunArgs],
 ) -> Option<Trainer> {
     let has = |k: &str| keys.iter().any(|x| x == k);
+    let pick = |c: &[&str]| c.iter().find(|k| has(k)).map(|k| k.to_string());
     let (csv, jsonl) = (format == LogFormat::Csv, format == LogFormat::Jsonl);
     // A step counter of its own: then a row is no epoch (LLaMA-Factory's JSON lines carry
     // `epoch` and `loss` beside `current_steps`; Lightning's metrics.csv `epoch` beside `step`).
@@ -368,6 +377,7 @@ pub fn recognise(
         let mut t = Trainer::new("timm summary.csv", StepUnit::Epoch, "epoch");
         t.loss = Some("train_loss".into());
         t.eval_loss = Some("eval_loss".into());
+        t.eval_score = pick(&["eval_top1"]);
         t.lr = has("lr").then(|| "lr".into());
         t.notes
             .push("one row per epoch: the axis counts epochs".into());
@@ -382,6 +392,7 @@ pub fn recognise(
         );
         t.loss = has("loss").then(|| "loss".into());
         t.eval_loss = has("val_loss").then(|| "val_loss".into());
+        t.eval_score = pick(&["val_accuracy", "val_acc"]);
         t.lr = ["lr", "learning_rate"]
             .iter()
             .find(|k| has(k))
@@ -540,6 +551,9 @@ fn zero_based(total: Option<(u64, String)>, first_step: Option<u64>) -> Option<(
 }
 
 /// Ultralytics YOLO's results.csv (v5: `x/lr0..2`; v8 and later: `lr/pg0..2`).
+/// YOLO's fitness is mostly mAP50-95 (v8 and later, then YOLOv5's spelling): its eval score.
+const YOLO_MAP: [&str; 2] = ["metrics/mAP50-95(B)", "metrics/mAP_0.5:0.95"];
+
 fn yolo(keys: &[String], first_step: Option<u64>, args: &[RunArgs]) -> Trainer {
     let has = |k: &str| keys.iter().any(|x| x == k);
     let v5 = has("x/lr0");
@@ -563,6 +577,7 @@ fn yolo(keys: &[String], first_step: Option<u64>, args: &[RunArgs]) -> Trainer {
     ));
     t.loss = Some("train/box_loss".into());
     t.eval_loss = has("val/box_loss").then(|| "val/box_loss".into());
+    t.eval_score = YOLO_MAP.iter().find(|k| has(k)).map(|k| k.to_string());
     t.notes.push("loss <- \"train/box_loss\": YOLO logs its loss in parts (box, cls, dfl or obj); the box loss is in every version".into());
     if has("time") {
         t.time = Some(("time".into(), Clock::Elapsed));
@@ -595,6 +610,7 @@ fn yolo_events(keys: &[String], args: &[RunArgs]) -> Trainer {
     }
     t.loss = Some("train/box_loss".into());
     t.eval_loss = has("val/box_loss").then(|| "val/box_loss".into());
+    t.eval_score = YOLO_MAP.iter().find(|k| has(k)).map(|k| k.to_string());
     t.notes.push("loss <- \"train/box_loss\": YOLO logs its loss in parts (box, cls, dfl or obj); the box loss is in every version".into());
     t.notes
         .push("one point per epoch: the axis counts epochs".into());

@@ -747,7 +747,7 @@ impl WandbRun {
                                     poll.batch.records.push(super::Record {
                                         step: super::derive::MARK,
                                         time: None,
-                                        values: [None; 11],
+                                        values: [None; crate::metrics::N_SLOTS],
                                     });
                                 }
                             }

@@ -429,7 +429,7 @@ mod tests {
     use super::*;
 
     fn sample(step: u64, time: f64, loss: f64) -> Sample {
-        let mut values = [None; 11];
+        let mut values = [None; crate::metrics::N_SLOTS];
         values[0] = Some(loss);
         Sample {
             step,

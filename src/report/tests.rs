@@ -34,7 +34,7 @@ pub(crate) fn samples(steps: std::ops::Range<u64>, t0: f64, loss: f64) -> Vec<Sa
     steps
         .enumerate()
         .map(|(i, step)| {
-            let mut values = [None; 11];
+            let mut values = [None; crate::metrics::N_SLOTS];
             values[0] = Some(loss);
             Sample {
                 step,
@@ -341,7 +341,7 @@ fn series_of(metric: &str, steps: std::ops::Range<u64>, f: impl Fn(u64) -> f64) 
     let slot = crate::metrics::slot(metric).unwrap();
     steps
         .map(|step| {
-            let mut values = [None; 11];
+            let mut values = [None; crate::metrics::N_SLOTS];
             values[slot] = Some(f(step));
             Sample {
                 step,

@@ -307,6 +307,7 @@ fn the_best_eval_checkpoint_of_a_standing_overfitting_verdict_is_kept() {
         step,
         eval_loss: Num(e),
         train_loss: Some(Num(t)),
+        score: None,
     };
     o.evals = vec![ev(200, 0.3, 1.0), ev(300, 0.4, 0.5), ev(400, 0.45, 0.2)];
     o.near_best = Some(NearBest {
