@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod checkpoints;
 pub(crate) mod cli;
+pub mod cluster;
 pub mod cmd;
 pub(crate) mod colour;
 pub mod config;

@@ -6,6 +6,7 @@ mod bad_input;
 mod bench;
 mod checkpoint_trust;
 mod cli;
+mod cluster;
 mod conventions;
 mod critic;
 mod critic_live;

@@ -80,7 +80,71 @@ pub struct Glance<'a> {
     /// Roger has not looked for longer than its limit (and the run has not finished).
     pub roger_stale: bool,
     pub roger_stale_after_s: f64,
+    /// `[cluster]`: every node's newest record in the job's store.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeRow>,
     pub exit_code: u8,
+}
+
+/// One node of the job as its record in the store says (node index only).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NodeRow {
+    pub node: u32,
+    /// `None`: the node never wrote one.
+    pub state: Option<String>,
+    pub step: Option<u64>,
+    /// Seconds since it wrote its record (by its clock against this one's).
+    pub age_s: Option<f64>,
+    /// Unheard for longer than the limit (`[cluster] lost_after`, else `[watch] stale`, else
+    /// roger's own silence limit).
+    pub lost: bool,
+}
+
+/// The job's nodes from `[cluster] store`; an unreadable store is a row-less error line.
+fn node_rows(cfg: &Config, now: DateTime<Utc>) -> Result<Vec<NodeRow>, String> {
+    let Some(root) = &cfg.cluster.store else {
+        return Ok(Vec::new());
+    };
+    let id = crate::cluster::identity::resolve(cfg.cluster.node, cfg.cluster.nodes, &|k| {
+        std::env::var(k).ok()
+    });
+    let nodes = match (&id, cfg.cluster.nodes) {
+        (Ok(id), _) => id.nodes,
+        (Err(_), Some(n)) => n,
+        // status may run off the job (a login node): the store's own files say how many.
+        (Err(e), None) => std::fs::read_dir(root.join("nodes"))
+            .map_err(|_| format!("{e:#}"))?
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                name.strip_prefix("node-")?
+                    .strip_suffix(".json")?
+                    .parse::<u32>()
+                    .ok()
+            })
+            .max()
+            .map_or(0, |m| m + 1),
+    };
+    let store = crate::cluster::DirStore::open(root).map_err(|e| format!("{e:#}"))?;
+    let limit = cfg
+        .cluster
+        .lost_after
+        .or(cfg.watch.stale)
+        .map_or_else(|| stale_after(cfg), |d| d.0.as_secs_f64());
+    let now_s = now.timestamp_millis() as f64 / 1000.0;
+    let all = crate::cluster::read_all(&store, nodes).map_err(|e| format!("{e:#}"))?;
+    Ok(all
+        .into_iter()
+        .map(|(node, r)| {
+            let age_s = r.as_ref().map(|r| ((now_s - r.at) * 10.0).round() / 10.0);
+            NodeRow {
+                node,
+                state: r.as_ref().map(|r| r.state.clone()),
+                step: r.as_ref().and_then(|r| r.step),
+                age_s,
+                lost: age_s.is_none_or(|a| a > limit),
+            }
+        })
+        .collect())
 }
 
 /// The last verdict's checks, worst first (the order verdicts are stored in is not promised).
@@ -148,6 +212,7 @@ pub fn glance<'a>(night: &'a Night, checks: Vec<CheckLine>, stale_after_s: f64) 
         roger_silent_s: silent,
         roger_stale,
         roger_stale_after_s: stale_after_s,
+        nodes: Vec::new(),
         exit_code,
     }
 }
@@ -287,6 +352,25 @@ pub fn screen(g: &Glance, colour: bool) -> String {
     if let Some(p) = h.ledger_problem.as_ref().or(h.log_problem.as_ref()) {
         lines.push(fit(&format!("problem     {p}")));
     }
+    for n in &g.nodes {
+        let what = match (&n.state, n.age_s) {
+            (Some(st), Some(age)) => format!(
+                "{st}, {}, wrote {} ago",
+                n.step.map_or("no step yet".into(), |s| format!("step {s}")),
+                human_duration(age.max(0.0))
+            ),
+            _ => "has not reported".into(),
+        };
+        let flag = if n.lost {
+            "  LOST: not heard within the limit"
+        } else {
+            ""
+        };
+        lines.push(fit(&format!(
+            "{:<12}{what}{flag}",
+            format!("node {}", n.node)
+        )));
+    }
     for a in &h.also {
         if lines.len() >= HEIGHT {
             break;
@@ -318,7 +402,14 @@ pub fn run(global: &Global, args: StatusArgs) -> Result<u8> {
         drop(bar);
         let records = Ledger::new(&loaded.ledger).records().unwrap_or_default();
         let checks = checks_of(&records, &cfg.run.name);
-        let g = glance(&loaded.night, checks, stale_after(&cfg));
+        let mut g = glance(&loaded.night, checks, stale_after(&cfg));
+        match node_rows(&cfg, now) {
+            Ok(rows) => g.nodes = rows,
+            Err(e) => eprintln!("roger: [cluster] store: {e}"),
+        }
+        if g.nodes.iter().any(|n| n.lost) && g.exit_code < crate::exit::WARN {
+            g.exit_code = crate::exit::WARN;
+        }
         if args.json {
             outln!("{}", serde_json::to_string_pretty(&g)?);
             return Ok(g.exit_code);

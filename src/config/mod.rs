@@ -1,6 +1,7 @@
 //! roger.toml: the serde shape, loading with `file:line:col` errors, validation, and the
 //! phase lookup every check uses. Unknown keys are errors: a typo must not disable a check.
 
+pub mod cluster;
 pub mod critic;
 pub mod export;
 pub mod gpu;
@@ -91,6 +92,8 @@ struct RawConfig {
     ranks: ranks::RanksConfig,
     preempt: Option<preempt::PreemptConfig>,
     #[serde(default)]
+    cluster: cluster::ClusterConfig,
+    #[serde(default)]
     remote: remote::RemoteConfig,
 }
 
@@ -124,6 +127,8 @@ pub struct Config {
     pub preempt: Option<preempt::PreemptConfig>,
     /// `[remote]`: how to reach the bucket `[publish] remote` names.
     pub remote: remote::RemoteConfig,
+    /// `[cluster]`: the job's other nodes, through a shared store.
+    pub cluster: cluster::ClusterConfig,
 }
 
 impl Config {
@@ -221,6 +226,11 @@ impl Config {
             ranks: raw.ranks,
             preempt: raw.preempt,
             remote: raw.remote,
+            cluster: {
+                let mut c = raw.cluster;
+                c.store = resolve(&c.store);
+                c
+            },
         })
     }
 

@@ -8,6 +8,7 @@
 
 mod actions;
 pub mod child;
+mod cluster;
 pub mod ended;
 mod event;
 pub mod logtail;
@@ -109,6 +110,8 @@ pub(crate) struct Watcher<'a> {
     pub disk: crate::hygiene::disk_tick::DiskTicker,
     /// NVML critical-XID events, when the driver offers them.
     pub xids: xids::XidFeed,
+    /// `[cluster]`: this node's record in the job's store, and the other nodes heard.
+    pub cluster: Option<cluster::NodeWatch>,
     /// `[export] textfile`: rewritten after each tick.
     pub export: Option<crate::export::Exporter>,
     /// `[notify]`: pages, digest and dead-man ping after each tick.
@@ -167,6 +170,8 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
     );
     // One watch per run: refused here, before anything is started or recorded.
     let node = preempt::node_id(opts.node_local)?;
+    // [cluster]: this node's place in the job, refused here when it cannot be told.
+    let node_watch = cluster::NodeWatch::from_config(cfg)?;
     let lock_name = node.map_or_else(|| run_name.clone(), |n| format!("{run_name}@node{n}"));
     let lock = single::lock(ledger.path(), &lock_name)?;
     let fs = ProcFs::default();
@@ -281,6 +286,7 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         ranks: ranks::RankWatch::new(cfg),
         disk: Default::default(),
         xids: xids::XidFeed::start(&cfg.gpu.source),
+        cluster: node_watch,
         feed: crate::ledger::follow::for_readers(
             ledger.path().to_path_buf(),
             export.is_some() || notify.is_some(),
@@ -418,6 +424,27 @@ impl Watcher<'_> {
         };
         self.report.event(&ev);
         self.note_prior()?;
+        if let Some(c) = &self.cluster {
+            let line = format!(
+                "node {} of {} ({}), sharing its state through {}",
+                c.id.node,
+                c.id.nodes,
+                c.id.source,
+                c.describe()
+            );
+            tracing::info!("cluster: {line}");
+            self.record(
+                Kind::Watch,
+                None,
+                vec![
+                    ("event", "cluster".into()),
+                    ("node", c.id.node.into()),
+                    ("nodes", c.id.nodes.into()),
+                    ("from", c.id.source.clone().into()),
+                    ("summary", line.into()),
+                ],
+            )?;
+        }
         self.preempt_fit(true)?;
         let interval = self.cfg.watch.interval.0;
         let mut next = Instant::now();
@@ -448,6 +475,7 @@ impl Watcher<'_> {
             let rank_obs = sample.ranks.clone();
             let a = self.sentinel.observe(sample);
             self.rank_tick(&rank_obs)?;
+            self.cluster_tick(&a)?;
             self.report.tick(&a);
             if a.state == State::Working {
                 // A dry run records each episode once; progress ends the episode.

@@ -1,0 +1,24 @@
+//! `[cluster]`: one job on many nodes, each node's watch sharing its state through a store
+//! the job already has (a directory every node sees).
+
+use super::units::Dur;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// A directory every node of the job sees (NFS, Lustre, a shared volume): each node's
+    /// record and the job's state live under it. Relative paths are from roger.toml's
+    /// directory. Absent: this watch guards its node alone.
+    pub store: Option<PathBuf>,
+    /// This node's index in the job; absent: from the engine's environment
+    /// (`SLURM_NODEID`, `JOB_COMPLETION_INDEX`, `NODE_RANK`, `PET_NODE_RANK`).
+    pub node: Option<u32>,
+    /// The job's node count; absent: `SLURM_NNODES` (`SLURM_JOB_NUM_NODES`), `NNODES`,
+    /// `PET_NNODES`.
+    pub nodes: Option<u32>,
+    /// A node unheard for this long is named lost; absent: the watch's stale limit
+    /// (`[watch] stale`, or the calibrated one).
+    pub lost_after: Option<Dur>,
+}

@@ -1,0 +1,329 @@
+//! Issue 38, first part: many nodes, one job, on one machine. Each "node" is its own working
+//! directory with its own real `roger watch` and trainer (a shell loop logging a step every
+//! 200 ms); `[cluster] store` is one directory all of them see. Faults: a node's whole process
+//! tree SIGKILLed (the machine is lost), a node's roger SIGKILLed while its trainer lives, the
+//! store gone for longer than the limit. Assertions are on the ledgers' records.
+
+use crate::util::Env;
+use crate::watch::{records, roger, wait_child};
+use roger::ledger::{Kind, Record};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+const STALE_S: f64 = 3.0;
+
+/// The trainer: a step every 200 ms, its pid written first (the test kills its group).
+const TRAIN: &str = r#"echo $$ > child.pid; i=0; while :; do i=$((i+1)); echo "{\"step\": $i, \"loss\": 1.0}" >> train.jsonl; sleep 0.2; done"#;
+
+struct Node {
+    env: Env,
+    watch: Child,
+}
+
+fn node(store: &Path, k: u32, n: u32) -> Node {
+    let env = Env::new();
+    env.write(
+        "roger.toml",
+        format!(
+            r#"[run]
+name = "job"
+log = "train.jsonl"
+
+[gpu]
+source = "none"
+
+[watch]
+interval = "100ms"
+hysteresis = 2
+grace = "5s"
+stale = "{STALE_S}s"
+
+[cluster]
+store = "{}"
+node = {k}
+nodes = {n}
+"#,
+            store.display()
+        ),
+    );
+    let watch = start_watch(&env);
+    Node { env, watch }
+}
+
+fn start_watch(env: &Env) -> Child {
+    let args: Vec<String> = ["watch", "--", "sh", "-c", TRAIN]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut c = roger(env, &args);
+    c.stdout(Stdio::null()).stderr(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(env.path("watch.err"))
+            .unwrap(),
+    );
+    c.spawn().expect("spawn roger watch")
+}
+
+fn events<'a>(recs: &'a [Record], name: &str) -> Vec<&'a Record> {
+    recs.iter()
+        .filter(|r| r.kind == Kind::Watch && r.str_field("event") == Some(name))
+        .collect()
+}
+
+/// Polls `node`'s ledger until `pred` holds (60 s at most: a hang fails, it does not block).
+fn wait_for(n: &Node, what: &str, pred: impl Fn(&[Record]) -> bool) -> Vec<Record> {
+    let t0 = Instant::now();
+    loop {
+        let recs = records(&n.env);
+        if pred(&recs) {
+            return recs;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            panic!(
+                "{what}: not seen in 60 s\nwatch stderr:\n{}",
+                n.env.read("watch.err")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn lost_of(recs: &[Record], node: u64) -> Vec<&Record> {
+    events(recs, "node_lost")
+        .into_iter()
+        .filter(|r| r.u64_field("node") == Some(node))
+        .collect()
+}
+
+fn kill(pid: i32, sig: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+}
+
+/// SIGKILL a node's trainer (its process group) as a lost machine would.
+fn kill_trainer(n: &Node) {
+    let pid: i32 = n.env.read("child.pid").trim().parse().expect("child.pid");
+    kill(-pid, nix::sys::signal::Signal::SIGKILL);
+}
+
+fn stop(mut n: Node) {
+    kill(n.watch.id() as i32, nix::sys::signal::Signal::SIGTERM);
+    wait_child(&mut n.watch, Duration::from_secs(20));
+    if let Ok(p) = n.env.read("child.pid").trim().parse::<i32>() {
+        kill(-p, nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// Every node has written records and heard the others (a few samples in).
+fn all_up(nodes: &[Node], store: &Path) {
+    for n in nodes {
+        wait_for(n, "the cluster start record", |r| {
+            !events(r, "cluster").is_empty()
+        });
+    }
+    let t0 = Instant::now();
+    while (0..nodes.len()).any(|k| {
+        std::fs::read_to_string(store.join(format!("nodes/node-{k}.json")))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["step"].as_u64())
+            .is_none_or(|s| s < 3)
+    }) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "nodes never reported steps"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_lost_machine_is_named_by_every_other_node_within_the_stale_limit() {
+    let store = tempfile::tempdir().unwrap();
+    let nodes: Vec<Node> = (0..3).map(|k| node(store.path(), k, 3)).collect();
+    all_up(&nodes, store.path());
+    let mut nodes = nodes.into_iter();
+    let (n0, mut n1, n2) = (
+        nodes.next().unwrap(),
+        nodes.next().unwrap(),
+        nodes.next().unwrap(),
+    );
+    // Node 1's machine is lost: its roger and its trainer die at once.
+    kill(n1.watch.id() as i32, nix::sys::signal::Signal::SIGKILL);
+    kill_trainer(&n1);
+    let _ = n1.watch.wait();
+    for (n, name) in [(&n0, "node 0"), (&n2, "node 2")] {
+        let recs = wait_for(n, &format!("{name} naming node 1"), |r| {
+            !lost_of(r, 1).is_empty()
+        });
+        let lost = lost_of(&recs, 1);
+        assert_eq!(lost.len(), 1, "{name} names node 1 once: {lost:?}");
+        let r = lost[0];
+        let reason = r.str_field("reason").unwrap();
+        assert!(
+            reason.starts_with("node 1 has not reported since ")
+                && reason.contains("(last step ")
+                && reason.ends_with("machine lost or roger stopped"),
+            "{reason}"
+        );
+        let silent = r
+            .get("silent_s")
+            .and_then(serde_json::Value::as_f64)
+            .unwrap();
+        assert_eq!(
+            r.get("limit_s").and_then(serde_json::Value::as_f64),
+            Some(STALE_S)
+        );
+        // Named at the first sample past the limit (2 s of slack for a loaded machine).
+        assert!(
+            (STALE_S..STALE_S + 2.0).contains(&silent),
+            "{name} named node 1 after {silent}s unheard (limit {STALE_S}s)"
+        );
+        eprintln!("{name}: node 1 named lost after {silent}s unheard (limit {STALE_S}s)");
+        // Nobody else is named: the live nodes keep hearing each other.
+        assert_eq!(events(&recs, "node_lost").len(), 1, "{recs:?}");
+        let stderr = n.env.read("watch.err");
+        assert!(stderr.contains("node 1 has not reported since"), "{stderr}");
+    }
+    // `roger status` on node 0 shows the job, one row per node, and warns.
+    let st = n0.env.run(&["status"]);
+    let screen = String::from_utf8_lossy(&st.out.stdout).into_owned();
+    assert_eq!(st.out.status.code(), Some(1), "{screen}");
+    for k in [0, 2] {
+        let row = screen
+            .lines()
+            .find(|l| l.starts_with(&format!("node {k} ")))
+            .unwrap_or_else(|| panic!("no row for node {k}:\n{screen}"));
+        assert!(row.contains(", step ") && !row.contains("LOST"), "{screen}");
+    }
+    let row1 = screen
+        .lines()
+        .find(|l| l.starts_with("node 1 "))
+        .unwrap_or_else(|| panic!("no row for node 1:\n{screen}"));
+    assert!(
+        row1.contains("LOST: not heard within the limit"),
+        "{screen}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&n0.env.run(&["status", "--json"]).out.stdout).unwrap();
+    assert_eq!(json["nodes"][1]["lost"], true, "{json}");
+    assert_eq!(json["nodes"][0]["lost"], false, "{json}");
+    stop(n0);
+    stop(n2);
+}
+
+#[test]
+fn a_killed_roger_is_named_and_its_restart_is_heard_again() {
+    let store = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (0..2).map(|k| node(store.path(), k, 2)).collect();
+    all_up(&nodes, store.path());
+    // Node 1's roger dies; its trainer lives on.
+    kill(
+        nodes[1].watch.id() as i32,
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = nodes[1].watch.wait();
+    let recs = wait_for(&nodes[0], "node 0 naming node 1", |r| {
+        !lost_of(r, 1).is_empty()
+    });
+    assert_eq!(lost_of(&recs, 1).len(), 1);
+    // A new watch on node 1 attaches to the live trainer and reports again.
+    nodes[1].watch = start_watch(&nodes[1].env);
+    let recs = wait_for(&nodes[0], "node 0 hearing node 1 again", |r| {
+        events(r, "node_back")
+            .iter()
+            .any(|b| b.u64_field("node") == Some(1))
+    });
+    let back = events(&recs, "node_back");
+    assert!(
+        back[0]
+            .str_field("reason")
+            .unwrap()
+            .starts_with("node 1 reports again (step "),
+        "{back:?}"
+    );
+    let adopted = records(&nodes[1].env)
+        .iter()
+        .filter(|r| r.kind == Kind::Watch && r.str_field("event") == Some("start"))
+        .filter_map(|r| r.str_field("mode").map(String::from))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        adopted.last().map(String::as_str),
+        Some("adopt"),
+        "one trainer: the new watch adopts the live one ({adopted:?})"
+    );
+    for n in nodes {
+        stop(n);
+    }
+}
+
+#[test]
+fn a_store_gone_longer_than_the_limit_names_no_node() {
+    let store = tempfile::tempdir().unwrap();
+    let shared = store.path().join("job");
+    std::fs::create_dir(&shared).unwrap();
+    let nodes: Vec<Node> = (0..2).map(|k| node(&shared, k, 2)).collect();
+    all_up(&nodes, &shared);
+    // The shared filesystem goes away for twice the limit, then comes back.
+    let away = store.path().join("away");
+    std::fs::rename(&shared, &away).unwrap();
+    for n in &nodes {
+        wait_for(n, "the store said down", |r| {
+            !events(r, "cluster_store_down").is_empty()
+        });
+    }
+    std::thread::sleep(Duration::from_secs_f64(STALE_S * 2.0));
+    std::fs::rename(&away, &shared).unwrap();
+    for n in &nodes {
+        let recs = wait_for(n, "the store said back", |r| {
+            !events(r, "cluster_store_back").is_empty()
+        });
+        let down = events(&recs, "cluster_store_down");
+        assert_eq!(down.len(), 1, "said once per outage: {down:?}");
+        assert!(
+            down[0]
+                .str_field("reason")
+                .unwrap()
+                .contains("does not answer"),
+            "{down:?}"
+        );
+    }
+    // Both nodes keep writing after the outage: neither is named lost, now or a limit later.
+    std::thread::sleep(Duration::from_secs_f64(STALE_S + 1.0));
+    for n in &nodes {
+        let recs = records(&n.env);
+        assert!(
+            events(&recs, "node_lost").is_empty(),
+            "a node named lost across a store outage: {:?}",
+            events(&recs, "node_lost")
+        );
+    }
+    for n in nodes {
+        stop(n);
+    }
+}
+
+#[test]
+fn a_node_that_cannot_tell_its_place_is_refused_before_its_trainer_starts() {
+    let env = Env::new();
+    env.write(
+        "roger.toml",
+        "[run]\nname = \"job\"\nlog = \"train.jsonl\"\n[gpu]\nsource = \"none\"\n[cluster]\nstore = \"shared\"\n",
+    );
+    let mut c = env.cmd(&["watch", "--", "sh", "-c", "touch started"]);
+    for k in [
+        "SLURM_NODEID",
+        "JOB_COMPLETION_INDEX",
+        "NODE_RANK",
+        "PET_NODE_RANK",
+    ] {
+        c.env_remove(k);
+    }
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("set [cluster] node"), "{err}");
+    assert!(!env.path("started").exists(), "the trainer was started");
+}
