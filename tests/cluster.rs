@@ -1,6 +1,8 @@
 //! Issue 38, first part: many nodes, one job, on one machine. Each "node" is its own working
-//! directory with its own real `roger watch` and trainer (a shell loop logging a step every
-//! 200 ms); `[cluster] store` is one directory all of them see. Faults: a node's whole process
+//! directory with its own real `roger watch` and trainer: a shell loop logging a step every
+//! 200 ms that, like a synchronous data-parallel rank, goes on to the next step only when every
+//! node's trainer has finished this one (a barrier through files, as an all-reduce waits).
+//! `[cluster] store` is one directory all of them see. Faults: a node's whole process
 //! tree SIGKILLed (the machine is lost), a node's roger SIGKILLed while its trainer lives, the
 //! store gone for longer than the limit. Assertions are on the ledgers' records.
 
@@ -11,17 +13,24 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+/// `[cluster] lost_after`; the watch's own stale limit is far longer, so no node's watch
+/// kills its waiting trainer while the test looks.
 const STALE_S: f64 = 3.0;
 
-/// The trainer: a step every 200 ms, its pid written first (the test kills its group).
-const TRAIN: &str = r#"echo $$ > child.pid; i=0; while :; do i=$((i+1)); echo "{\"step\": $i, \"loss\": 1.0}" >> train.jsonl; sleep 0.2; done"#;
+/// The trainer: its pid first (the test kills its group), then a step every 200 ms, each
+/// ended at a barrier with the other nodes' trainers ($SYNC/rank-K holds K's last step).
+const TRAIN: &str = r#"echo $$ > child.pid; i=0; while :; do i=$((i+1)); echo "{\"step\": $i, \"loss\": 1.0}" >> train.jsonl; echo $i > "$SYNC/rank-$K.tmp"; mv "$SYNC/rank-$K.tmp" "$SYNC/rank-$K"; while :; do ok=1; for k in $(seq 0 $((N - 1))); do [ "$(cat "$SYNC/rank-$k" 2>/dev/null || echo 0)" -ge $i ] || ok=0; done; [ $ok = 1 ] && break; sleep 0.05; done; sleep 0.2; done"#;
 
 struct Node {
     env: Env,
     watch: Child,
+    /// (the barrier's directory, this node's index, the node count) for the trainer.
+    sync: (std::path::PathBuf, u32, u32),
 }
 
-fn node(store: &Path, k: u32, n: u32) -> Node {
+/// Node `k` of `n`: its store is `root/job`, its trainers' barrier `root/barrier`.
+fn node(root: &Path, k: u32, n: u32) -> Node {
+    let store = root.join("job");
     let env = Env::new();
     env.write(
         "roger.toml",
@@ -37,26 +46,32 @@ source = "none"
 interval = "100ms"
 hysteresis = 2
 grace = "5s"
-stale = "{STALE_S}s"
+stale = "120s"
 
 [cluster]
 store = "{}"
 node = {k}
 nodes = {n}
+lost_after = "{STALE_S}s"
 "#,
             store.display()
         ),
     );
-    let watch = start_watch(&env);
-    Node { env, watch }
+    let sync = (root.join("barrier"), k, n);
+    std::fs::create_dir_all(&sync.0).unwrap();
+    let watch = start_watch(&env, &sync);
+    Node { env, watch, sync }
 }
 
-fn start_watch(env: &Env) -> Child {
+fn start_watch(env: &Env, sync: &(std::path::PathBuf, u32, u32)) -> Child {
     let args: Vec<String> = ["watch", "--", "sh", "-c", TRAIN]
         .iter()
         .map(|s| s.to_string())
         .collect();
     let mut c = roger(env, &args);
+    c.env("SYNC", &sync.0)
+        .env("K", sync.1.to_string())
+        .env("N", sync.2.to_string());
     c.stdout(Stdio::null()).stderr(
         std::fs::OpenOptions::new()
             .create(true)
@@ -117,7 +132,8 @@ fn stop(mut n: Node) {
 }
 
 /// Every node has written records and heard the others (a few samples in).
-fn all_up(nodes: &[Node], store: &Path) {
+fn all_up(nodes: &[Node], root: &Path) {
+    let store = root.join("job");
     for n in nodes {
         wait_for(n, "the cluster start record", |r| {
             !events(r, "cluster").is_empty()
@@ -162,10 +178,12 @@ fn a_lost_machine_is_named_by_every_other_node_within_the_stale_limit() {
         assert_eq!(lost.len(), 1, "{name} names node 1 once: {lost:?}");
         let r = lost[0];
         let reason = r.str_field("reason").unwrap();
+        // Its own trainer waits at the barrier for node 1's: the job waits on node 1.
         assert!(
             reason.starts_with("node 1 has not reported since ")
                 && reason.contains("(last step ")
-                && reason.ends_with("machine lost or roger stopped"),
+                && reason.contains("machine lost or roger stopped")
+                && reason.ends_with("it waits on node 1"),
             "{reason}"
         );
         let silent = r
@@ -229,8 +247,17 @@ fn a_killed_roger_is_named_and_its_restart_is_heard_again() {
         !lost_of(r, 1).is_empty()
     });
     assert_eq!(lost_of(&recs, 1).len(), 1);
+    // The trainers still pass the barrier together: node 1's trainer lives, its roger stopped.
+    let reason = lost_of(&recs, 1)[0]
+        .str_field("reason")
+        .unwrap()
+        .to_string();
+    assert!(
+        reason.ends_with("node 1's trainer still takes part: its roger stopped"),
+        "{reason}"
+    );
     // A new watch on node 1 attaches to the live trainer and reports again.
-    nodes[1].watch = start_watch(&nodes[1].env);
+    nodes[1].watch = start_watch(&nodes[1].env, &nodes[1].sync);
     let recs = wait_for(&nodes[0], "node 0 hearing node 1 again", |r| {
         events(r, "node_back")
             .iter()
@@ -263,9 +290,8 @@ fn a_killed_roger_is_named_and_its_restart_is_heard_again() {
 fn a_store_gone_longer_than_the_limit_names_no_node() {
     let store = tempfile::tempdir().unwrap();
     let shared = store.path().join("job");
-    std::fs::create_dir(&shared).unwrap();
-    let nodes: Vec<Node> = (0..2).map(|k| node(&shared, k, 2)).collect();
-    all_up(&nodes, &shared);
+    let nodes: Vec<Node> = (0..2).map(|k| node(store.path(), k, 2)).collect();
+    all_up(&nodes, store.path());
     // The shared filesystem goes away for twice the limit, then comes back.
     let away = store.path().join("away");
     std::fs::rename(&shared, &away).unwrap();

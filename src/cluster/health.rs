@@ -149,32 +149,50 @@ pub fn clock(at: f64, now: f64) -> String {
     }
 }
 
+/// This node's own run when another is named: whether its steps still advance tells a lost
+/// node's trainer from its roger (in a synchronous job, ranks advance only together).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Own {
+    pub step: Option<u64>,
+    /// Seconds since this node's step last advanced.
+    pub silent_s: f64,
+}
+
 impl Change {
-    /// The sentence every node says of it.
-    pub fn words(&self, now: f64) -> String {
+    /// The sentence every node says of it, with what this node's own run shows.
+    pub fn words(&self, now: f64, own: Own) -> String {
         match self {
             Change::Lost {
                 node,
-                last: Some(r),
+                last,
                 silent_s,
                 limit_s,
-            } => format!(
-                "node {node} has not reported since {} ({}, {}; unheard {silent_s:.1}s, limit {limit_s:.1}s): machine lost or roger stopped",
-                clock(r.at, now),
-                r.step.map_or("no step yet".into(), |s| format!("last step {s}")),
-                r.state
-            ),
-            Change::Lost {
-                node,
-                last: None,
-                silent_s,
-                limit_s,
-            } => format!(
-                "node {node} has not reported at all ({silent_s:.1}s since this watch started, limit {limit_s:.1}s): not started, machine lost or roger stopped"
-            ),
+            } => {
+                let head = match last {
+                    Some(r) => format!(
+                        "node {node} has not reported since {} ({}, {}; unheard {silent_s:.1}s, limit {limit_s:.1}s)",
+                        clock(r.at, now),
+                        r.step.map_or("no step yet".into(), |s| format!("last step {s}")),
+                        r.state
+                    ),
+                    None => format!(
+                        "node {node} has not reported at all ({silent_s:.1}s since this watch started, limit {limit_s:.1}s)"
+                    ),
+                };
+                let mine = own.step.map_or("no step".into(), |s| format!("step {s}"));
+                // Half the limit: a run that stalls at the same time as the node went quiet.
+                let cause = if own.silent_s < *limit_s / 2.0 {
+                    format!("machine lost or roger stopped; this node's run still advances ({mine}, {:.1}s ago), so in a synchronous job node {node}'s trainer still takes part: its roger stopped", own.silent_s)
+                } else {
+                    format!("machine lost or roger stopped; this node's run has not advanced for {:.1}s either ({mine}): it waits on node {node}", own.silent_s)
+                };
+                format!("{head}: {cause}")
+            }
             Change::Back { node, record } => format!(
                 "node {node} reports again ({}, {})",
-                record.step.map_or("no step yet".into(), |s| format!("step {s}")),
+                record
+                    .step
+                    .map_or("no step yet".into(), |s| format!("step {s}")),
                 record.state
             ),
         }
@@ -184,6 +202,11 @@ impl Change {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const OWN: Own = Own {
+        step: None,
+        silent_s: 0.0,
+    };
 
     fn rec(node: u32, seq: u64, at: f64, step: u64) -> NodeRecord {
         NodeRecord {
@@ -217,12 +240,28 @@ mod tests {
             panic!("{c:?}")
         };
         assert_eq!((*node, *silent_s), (1, 5.0));
-        let words = c[0].words(1006.0);
+        let waiting = Own {
+            step: Some(16),
+            silent_s: 5.5,
+        };
+        let words = c[0].words(1006.0, waiting);
         assert!(
             words.starts_with("node 1 has not reported since 00:16:40Z (last step 10, working"),
             "{words}"
         );
-        assert!(words.ends_with("machine lost or roger stopped"), "{words}");
+        assert!(
+            words.ends_with("has not advanced for 5.5s either (step 16): it waits on node 1"),
+            "{words}"
+        );
+        let advancing = Own {
+            step: Some(30),
+            silent_s: 0.2,
+        };
+        let words = c[0].words(1006.0, advancing);
+        assert!(
+            words.ends_with("node 1's trainer still takes part: its roger stopped"),
+            "{words}"
+        );
         assert!(p.judge(1007.0, 5.0).is_empty(), "named once");
         assert_eq!(p.lost().copied().collect::<Vec<_>>(), vec![1]);
         // A restarted watch on node 1 (a new start, seq from 1 again) is heard.
@@ -246,10 +285,10 @@ mod tests {
         let c = p.judge(5009.0, 8.0);
         assert_eq!(c.len(), 1, "only node 2, never heard: {c:?}");
         assert!(
-            c[0].words(5009.0)
+            c[0].words(5009.0, OWN)
                 .starts_with("node 2 has not reported at all (9.0s"),
             "{}",
-            c[0].words(5009.0)
+            c[0].words(5009.0, OWN)
         );
         // Its own record and a node past the count are ignored.
         p.read(rec(1, 1, 5009.0, 1), 5009.0);

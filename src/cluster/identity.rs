@@ -40,14 +40,8 @@ pub fn resolve(
         }
     };
     let mut words = Vec::new();
-    let mut found = node.map(|n| {
-        words.push(format!("[cluster] node = {n}"));
-        n
-    });
-    let mut count = nodes.map(|n| {
-        words.push(format!("[cluster] nodes = {n}"));
-        n
-    });
+    let mut found = node.inspect(|&n| words.push(format!("[cluster] node = {n}")));
+    let mut count = nodes.inspect(|&n| words.push(format!("[cluster] nodes = {n}")));
     for (index_var, count_vars) in ENGINES {
         if found.is_some() && count.is_some() {
             break;

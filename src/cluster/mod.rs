@@ -8,7 +8,7 @@ pub mod health;
 pub mod identity;
 pub mod store;
 
-pub use health::{Change, NodeRecord, Peers};
+pub use health::{Change, NodeRecord, Own, Peers};
 pub use identity::Identity;
 pub use store::{DirStore, Store};
 

@@ -4,7 +4,9 @@
 //! is named lost while it is (a store that does not answer cannot tell who is gone).
 
 use super::{unix_now, Watcher};
-use crate::cluster::{self, health::clock, Change, DirStore, Identity, NodeRecord, Peers, Store};
+use crate::cluster::{
+    self, health::clock, Change, DirStore, Identity, NodeRecord, Own, Peers, Store,
+};
 use crate::config::Config;
 use crate::ledger::Kind;
 use crate::sentinel::Assessment;
@@ -115,6 +117,10 @@ impl Watcher<'_> {
         let said = c.tick(&self.run_name, a, now);
         let me = c.id.node;
         let store = c.describe();
+        let own = Own {
+            step: a.last_step,
+            silent_s: a.silent_s,
+        };
         for s in said {
             let (reason, fields) = match &s {
                 Said::Node(ch @ Change::Lost {
@@ -123,7 +129,7 @@ impl Watcher<'_> {
                     silent_s,
                     limit_s,
                 }) => (
-                    ch.words(now),
+                    ch.words(now, own),
                     vec![
                         ("event", "node_lost".into()),
                         ("node", (*node).into()),
@@ -135,7 +141,7 @@ impl Watcher<'_> {
                     ],
                 ),
                 Said::Node(ch @ Change::Back { node, record }) => (
-                    ch.words(now),
+                    ch.words(now, own),
                     vec![
                         ("event", "node_back".into()),
                         ("node", (*node).into()),
