@@ -30,6 +30,11 @@ struct Node {
 
 /// Node `k` of `n`: its store is `root/job`, its trainers' barrier `root/barrier`.
 fn node(root: &Path, k: u32, n: u32) -> Node {
+    node_with(root, k, n, "", "")
+}
+
+/// [`node`] with more `[watch]` and `[cluster]` lines.
+fn node_with(root: &Path, k: u32, n: u32, watch: &str, more: &str) -> Node {
     let store = root.join("job");
     let env = Env::new();
     env.write(
@@ -47,12 +52,13 @@ interval = "100ms"
 hysteresis = 2
 grace = "5s"
 stale = "120s"
-
+{watch}
 [cluster]
 store = "{}"
 node = {k}
 nodes = {n}
 lost_after = "{STALE_S}s"
+{more}
 "#,
             store.display()
         ),
@@ -123,6 +129,25 @@ fn kill_trainer(n: &Node) {
     kill(-pid, nix::sys::signal::Signal::SIGKILL);
 }
 
+/// Node `dead`'s roger is SIGKILLed (its trainer lives on); node 0's ledger once it named it.
+fn kill_roger_until_named(nodes: &mut [Node], dead: usize) -> Vec<Record> {
+    kill(
+        nodes[dead].watch.id() as i32,
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = nodes[dead].watch.wait();
+    wait_for(&nodes[0], &format!("node 0 naming node {dead}"), |r| {
+        !lost_of(r, dead as u64).is_empty()
+    })
+}
+
+/// A node's machine is lost: its roger and its trainer die at once.
+fn lose_machine(n: &mut Node) {
+    kill(n.watch.id() as i32, nix::sys::signal::Signal::SIGKILL);
+    kill_trainer(n);
+    let _ = n.watch.wait();
+}
+
 fn stop(mut n: Node) {
     kill(n.watch.id() as i32, nix::sys::signal::Signal::SIGTERM);
     wait_child(&mut n.watch, Duration::from_secs(20));
@@ -167,9 +192,7 @@ fn a_lost_machine_is_named_by_every_other_node_within_the_stale_limit() {
         nodes.next().unwrap(),
     );
     // Node 1's machine is lost: its roger and its trainer die at once.
-    kill(n1.watch.id() as i32, nix::sys::signal::Signal::SIGKILL);
-    kill_trainer(&n1);
-    let _ = n1.watch.wait();
+    lose_machine(&mut n1);
     for (n, name) in [(&n0, "node 0"), (&n2, "node 2")] {
         let recs = wait_for(n, &format!("{name} naming node 1"), |r| {
             !lost_of(r, 1).is_empty()
@@ -238,14 +261,7 @@ fn a_killed_roger_is_named_and_its_restart_is_heard_again() {
     let mut nodes: Vec<Node> = (0..2).map(|k| node(store.path(), k, 2)).collect();
     all_up(&nodes, store.path());
     // Node 1's roger dies; its trainer lives on.
-    kill(
-        nodes[1].watch.id() as i32,
-        nix::sys::signal::Signal::SIGKILL,
-    );
-    let _ = nodes[1].watch.wait();
-    let recs = wait_for(&nodes[0], "node 0 naming node 1", |r| {
-        !lost_of(r, 1).is_empty()
-    });
+    let recs = kill_roger_until_named(&mut nodes, 1);
     assert_eq!(lost_of(&recs, 1).len(), 1);
     // The trainers still pass the barrier together: node 1's trainer lives, its roger stopped.
     let reason = lost_of(&recs, 1)[0]
@@ -352,4 +368,139 @@ fn a_node_that_cannot_tell_its_place_is_refused_before_its_trainer_starts() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("set [cluster] node"), "{err}");
     assert!(!env.path("started").exists(), "the trainer was started");
+}
+
+/// The pids of a node's trainer group are gone.
+fn trainer_gone(n: &Node) -> bool {
+    let pid: i32 = n.env.read("child.pid").trim().parse().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), None).is_err()
+}
+
+#[test]
+fn a_lost_node_is_one_job_verdict_and_every_waiting_node_stops_for_a_requeue() {
+    let store = tempfile::tempdir().unwrap();
+    let nodes: Vec<Node> = (0..3)
+        .map(|k| node_with(store.path(), k, 3, "", "on_lost = \"requeue\""))
+        .collect();
+    all_up(&nodes, store.path());
+    let mut nodes = nodes.into_iter();
+    let (mut n0, mut n1, mut n2) = (
+        nodes.next().unwrap(),
+        nodes.next().unwrap(),
+        nodes.next().unwrap(),
+    );
+    lose_machine(&mut n1);
+    let mut ids = Vec::new();
+    let mut won = 0;
+    for (n, name) in [(&mut n0, "node 0"), (&mut n2, "node 2")] {
+        let st = wait_child(&mut n.watch, Duration::from_secs(60));
+        let recs = records(&n.env);
+        let story = format!("{name}:\n{}", n.env.read("watch.err"));
+        assert_eq!(st.code(), Some(76), "{story}");
+        let v = events(&recs, "cluster_verdict");
+        assert_eq!(v.len(), 1, "{story}");
+        ids.push(v[0].str_field("id").unwrap().to_string());
+        won += usize::from(v[0].get("won") == Some(&serde_json::json!(true)));
+        assert_eq!(v[0].u64_field("node"), Some(1), "{story}");
+        // The kill record (stacks, evidence) before the stop, the reason written, then 76.
+        let kill = recs
+            .iter()
+            .find(|r| r.kind == Kind::Kill)
+            .unwrap_or_else(|| panic!("no kill record\n{story}"));
+        assert_eq!(kill.str_field("reason"), Some("cluster"), "{story}");
+        assert!(kill.seq > v[0].seq, "{story}");
+        let done = events(&recs, "done");
+        let reason = done[0].str_field("reason").unwrap();
+        assert!(
+            reason.starts_with(&format!("job verdict {} ", ids.last().unwrap()))
+                && reason.contains("it waits on node 1")
+                && reason.ends_with(
+                    "requeue the job: incident 1 of at most 20 ([watch] max_relaunches, job-wide)"
+                ),
+            "{reason}"
+        );
+        assert!(trainer_gone(n), "{name}'s trainer still runs\n{story}");
+    }
+    assert_eq!(ids[0], ids[1], "one verdict, one id on every node");
+    assert_eq!(won, 1, "exactly one node wrote it");
+}
+
+#[test]
+fn the_relaunch_budget_is_the_jobs_not_each_nodes() {
+    let store = tempfile::tempdir().unwrap();
+    // An earlier incident of this job (before its last requeue) is in the store already.
+    let earlier = store.path().join("job/verdicts/node0-lost-1000.json");
+    std::fs::create_dir_all(earlier.parent().unwrap()).unwrap();
+    std::fs::write(
+        &earlier,
+        r#"{"id":"node0-lost-1000","cause":"node_lost","node":0,"last_step":7,"by_node":1,"at":1.0,"action":"requeue","reason":"node 0 has not reported"}"#,
+    )
+    .unwrap();
+    let nodes: Vec<Node> = (0..2)
+        .map(|k| {
+            node_with(
+                store.path(),
+                k,
+                2,
+                "max_relaunches = 1",
+                "on_lost = \"requeue\"",
+            )
+        })
+        .collect();
+    all_up(&nodes, store.path());
+    let mut nodes = nodes.into_iter();
+    let (mut n0, mut n1) = (nodes.next().unwrap(), nodes.next().unwrap());
+    lose_machine(&mut n1);
+    let st = wait_child(&mut n0.watch, Duration::from_secs(60));
+    let recs = records(&n0.env);
+    let story = n0.env.read("watch.err");
+    assert_eq!(st.code(), Some(75), "{story}");
+    // The earlier incident is counted, not acted on again.
+    let v = events(&recs, "cluster_verdict");
+    assert_eq!(v.len(), 1, "{story}");
+    assert_eq!(v[0].u64_field("incidents"), Some(2));
+    let done = events(&recs, "done");
+    assert!(
+        done[0]
+            .str_field("reason")
+            .unwrap()
+            .ends_with("do not requeue: the job-wide budget is spent (2 incidents, [watch] max_relaunches = 1)"),
+        "{story}"
+    );
+    assert!(trainer_gone(&n0));
+}
+
+/// A node whose roger died while its trainer lives is named, and nothing is stopped: the
+/// other nodes' runs still advance, so no node waits on it and no verdict is written.
+#[test]
+fn a_dead_roger_with_a_live_trainer_stops_nothing_even_with_on_lost_requeue() {
+    let store = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (0..2)
+        .map(|k| node_with(store.path(), k, 2, "", "on_lost = \"requeue\""))
+        .collect();
+    all_up(&nodes, store.path());
+    let recs = kill_roger_until_named(&mut nodes, 1);
+    let reason = lost_of(&recs, 1)[0]
+        .str_field("reason")
+        .unwrap()
+        .to_string();
+    assert!(reason.ends_with("its roger stopped"), "{reason}");
+    std::thread::sleep(Duration::from_secs_f64(STALE_S + 1.0));
+    let recs = records(&nodes[0].env);
+    assert!(events(&recs, "cluster_verdict").is_empty(), "{recs:?}");
+    assert!(
+        nodes[0].watch.try_wait().unwrap().is_none(),
+        "node 0's watch ended"
+    );
+    assert!(!trainer_gone(&nodes[0]) && !trainer_gone(&nodes[1]));
+    assert!(
+        !store.path().join("job/verdicts").exists()
+            || std::fs::read_dir(store.path().join("job/verdicts"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
+    for n in nodes {
+        stop(n);
+    }
 }

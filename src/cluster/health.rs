@@ -93,9 +93,7 @@ impl Peers {
         let mut out = Vec::new();
         for node in (0..self.nodes).filter(|n| *n != self.me) {
             let h = self.heard.get(&node);
-            // Never heard: silent since this watch started.
-            let since = h.map_or(self.started_at, |h| h.changed_at.max(self.started_at));
-            let silent_s = now - since;
+            let silent_s = self.unheard(node, now);
             let is_lost = silent_s >= limit_s;
             match (is_lost, self.lost.contains(&node)) {
                 (true, false) => {
@@ -128,6 +126,20 @@ impl Peers {
         for h in self.heard.values_mut() {
             h.changed_at = h.changed_at.max(now);
         }
+    }
+
+    /// Seconds node `node` has been unheard at `now` (never heard: since this watch started).
+    pub fn unheard(&self, node: u32, now: f64) -> f64 {
+        let since = self
+            .heard
+            .get(&node)
+            .map_or(self.started_at, |h| h.changed_at.max(self.started_at));
+        now - since
+    }
+
+    /// Node `node`'s newest record heard.
+    pub fn last(&self, node: u32) -> Option<&NodeRecord> {
+        self.heard.get(&node).map(|h| &h.record)
     }
 
     /// The nodes named lost now.

@@ -7,10 +7,12 @@
 pub mod health;
 pub mod identity;
 pub mod store;
+pub mod verdict;
 
 pub use health::{Change, NodeRecord, Own, Peers};
 pub use identity::Identity;
 pub use store::{DirStore, Store};
+pub use verdict::JobVerdict;
 
 /// The key of node `n`'s record.
 pub fn node_key(n: u32) -> String {

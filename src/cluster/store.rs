@@ -11,12 +11,19 @@ pub trait Store {
     fn put(&self, key: &str, bytes: &[u8]) -> Result<()>;
     /// `key`'s bytes, `None` when absent.
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
+    /// Write `key` only if it does not exist: true when this call wrote it (the first writer
+    /// wins; the others read the winner's bytes).
+    fn create(&self, key: &str, bytes: &[u8]) -> Result<bool>;
+    /// The keys under `prefix` (a directory: `verdicts/`), sorted.
+    fn list(&self, prefix: &str) -> Result<Vec<String>>;
     /// Where the store is, for messages (`dir /shared/job`).
     fn describe(&self) -> String;
 }
 
 /// A directory on a filesystem every node mounts. `put` is a rename over the key (atomic on
-/// POSIX filesystems and NFS).
+/// POSIX filesystems and NFS); `create` links a complete temporary to the key, which fails
+/// with EEXIST for every writer but the first (link(2) is atomic on NFS, where O_EXCL is not
+/// on old clients).
 pub struct DirStore {
     root: PathBuf,
 }
@@ -77,6 +84,39 @@ impl Store for DirStore {
         }
     }
 
+    fn create(&self, key: &str, bytes: &[u8]) -> Result<bool> {
+        use std::io::Write;
+        let p = self.path(key)?;
+        let dir = p.parent().expect("a key has a parent");
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".roger-tmp-")
+            .tempfile_in(dir)
+            .with_context(|| format!("[cluster] store: a temporary in {}", dir.display()))?;
+        tmp.write_all(bytes)?;
+        tmp.as_file().sync_all()?;
+        match std::fs::hard_link(tmp.path(), &p) {
+            Ok(()) => {
+                crate::sys::fsx::fsync_dir(dir)?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e).with_context(|| format!("[cluster] store: creating {}", p.display())),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let dir = self.path(&format!("{prefix}/x"))?;
+        let dir = dir.parent().expect("a key has a parent");
+        let mut out: Vec<String> = std::fs::read_dir(dir)
+            .with_context(|| format!("[cluster] store: listing {}", dir.display()))?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| !n.starts_with('.'))
+            .map(|n| format!("{prefix}/{n}"))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     fn describe(&self) -> String {
         format!("dir {}", self.root.display())
     }
@@ -99,6 +139,11 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(left.len(), 1, "no temporary left: {left:?}");
+        assert!(s.create("verdicts/a.json", b"first").unwrap());
+        assert!(!s.create("verdicts/a.json", b"second").unwrap());
+        assert_eq!(s.get("verdicts/a.json").unwrap().unwrap(), b"first");
+        assert_eq!(s.list("verdicts").unwrap(), vec!["verdicts/a.json"]);
+        assert!(s.list("none").unwrap().is_empty());
     }
 
     #[test]

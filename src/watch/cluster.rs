@@ -1,12 +1,19 @@
 //! The watch's side of [`crate::cluster`]: each sample, this node's record goes to the
 //! store and the others' are read; a node unheard for the stale limit is named (stderr and
 //! the ledger: `node_lost`, then `node_back`). An unreachable store is said once, and no node
-//! is named lost while it is (a store that does not answer cannot tell who is gone).
+//! is named lost while it is (a store that does not answer cannot tell who is gone). With
+//! `[cluster] on_lost` set, a node that waits on a lost one writes the job's verdict (the
+//! first writer wins), and every node acts on every new verdict the same way: its ranks'
+//! stacks and the kill record first, then its run stopped, then the job's exit code.
 
+use super::actions::Evidence;
+use super::Flow;
 use super::{unix_now, Watcher};
 use crate::cluster::{
-    self, health::clock, Change, DirStore, Identity, NodeRecord, Own, Peers, Store,
+    self, health::clock, verdict, Change, DirStore, Identity, JobVerdict, NodeRecord, Own, Peers,
+    Store,
 };
+use crate::config::cluster::OnLost;
 use crate::config::Config;
 use crate::ledger::Kind;
 use crate::sentinel::Assessment;
@@ -22,6 +29,10 @@ pub struct NodeWatch {
     lost_after: Option<f64>,
     /// The store's error while it does not answer (said once per outage).
     down: Option<String>,
+    on_lost: OnLost,
+    /// The verdict files seen (those there at the start are earlier incidents of the job:
+    /// counted in its budget, not acted on again).
+    seen: std::collections::BTreeSet<String>,
 }
 
 impl NodeWatch {
@@ -34,8 +45,12 @@ impl NodeWatch {
             std::env::var(k).ok()
         })?;
         let started_at = unix_now();
+        let store = DirStore::open(root)?;
+        let seen = store.list("verdicts")?.into_iter().collect();
         Ok(Some(NodeWatch {
-            store: DirStore::open(root)?,
+            store,
+            on_lost: cfg.cluster.on_lost,
+            seen,
             peers: Peers::new(id.node, id.nodes, started_at),
             id,
             seq: 0,
@@ -96,6 +111,73 @@ impl NodeWatch {
         if self.down.is_none() {
             let limit = self.lost_after.unwrap_or(a.limit.seconds);
             out.extend(self.peers.judge(now, limit).into_iter().map(Said::Node));
+            if self.on_lost != OnLost::Name {
+                out.extend(self.verdicts(a, now, limit));
+            }
+        }
+        out
+    }
+
+    /// Write the verdict on every lost node this node waits on (first writer wins), then
+    /// read the verdicts this watch has not seen: each is said, and acted on.
+    fn verdicts(&mut self, a: &Assessment, now: f64, limit: f64) -> Vec<Said> {
+        let own = Own {
+            step: a.last_step,
+            silent_s: a.silent_s,
+        };
+        let mut out = Vec::new();
+        if a.silent_s >= limit / 2.0 {
+            let lost: Vec<u32> = self.peers.lost().copied().collect();
+            for node in lost {
+                let last = self.peers.last(node);
+                let v = JobVerdict {
+                    id: verdict::id_for(node, last),
+                    cause: "node_lost".into(),
+                    node,
+                    last_step: last.and_then(|r| r.step),
+                    by_node: self.id.node,
+                    at: now,
+                    action: self.on_lost,
+                    reason: Change::Lost {
+                        node,
+                        last: last.cloned(),
+                        silent_s: self.peers.unheard(node, now),
+                        limit_s: limit,
+                    }
+                    .words(now, own),
+                };
+                let bytes = serde_json::to_vec(&v).expect("a verdict serialises");
+                if let Err(e) = self.store.create(&verdict::key(&v.id), &bytes) {
+                    out.push(Said::StoreDown(format!("{e:#}")));
+                }
+            }
+        }
+        let keys = match self.store.list("verdicts") {
+            Ok(k) => k,
+            Err(e) => return vec![Said::StoreDown(format!("{e:#}"))],
+        };
+        let incidents = keys.len();
+        for k in keys {
+            if self.seen.contains(&k) {
+                continue;
+            }
+            match self
+                .store
+                .get(&k)
+                .map(|b| b.map(|b| serde_json::from_slice::<JobVerdict>(&b)))
+            {
+                Ok(Some(Ok(v))) => {
+                    self.seen.insert(k);
+                    out.push(Said::Verdict(v, incidents));
+                }
+                // Not there yet, or written by a newer roger: said, and looked at again.
+                Ok(None) => {}
+                Ok(Some(Err(e))) => {
+                    self.seen.insert(k.clone());
+                    out.push(Said::StoreDown(format!("{k}: not a verdict: {e}")));
+                }
+                Err(e) => out.push(Said::StoreDown(format!("{e:#}"))),
+            }
         }
         out
     }
@@ -103,15 +185,17 @@ impl NodeWatch {
 
 enum Said {
     Node(Change),
+    /// A job verdict this node has not acted on, and the job's incidents so far.
+    Verdict(JobVerdict, usize),
     StoreDown(String),
     StoreBack(String),
 }
 
 impl Watcher<'_> {
     /// The job's nodes, once per sample (a run without `[cluster]`: nothing).
-    pub(super) fn cluster_tick(&mut self, a: &Assessment) -> Result<()> {
+    pub(super) fn cluster_tick(&mut self, a: &Assessment) -> Result<Flow> {
         let Some(c) = self.cluster.as_mut() else {
-            return Ok(());
+            return Ok(Flow::Continue);
         };
         let now = unix_now();
         let said = c.tick(&self.run_name, a, now);
@@ -121,8 +205,36 @@ impl Watcher<'_> {
             step: a.last_step,
             silent_s: a.silent_s,
         };
+        let budget = self.cfg.watch.max_relaunches;
+        let mut act = None;
         for s in said {
             let (reason, fields) = match &s {
+                Said::Verdict(v, incidents) => {
+                    let (code, then) = verdict::exit_for(v.action, *incidents, budget);
+                    let reason = format!(
+                        "job verdict {} (written by node {}{}): {}; every node stops its run, then {then}",
+                        v.id,
+                        v.by_node,
+                        if v.by_node == me { ", this one" } else { "" },
+                        v.reason
+                    );
+                    if act.is_none() {
+                        act = Some((reason.clone(), code));
+                    }
+                    (
+                        reason,
+                        vec![
+                            ("event", "cluster_verdict".into()),
+                            ("id", v.id.clone().into()),
+                            ("node", v.node.into()),
+                            ("last_step", json!(v.last_step)),
+                            ("written_by", v.by_node.into()),
+                            ("won", (v.by_node == me).into()),
+                            ("incidents", (*incidents).into()),
+                            ("code", code.into()),
+                        ],
+                    )
+                }
                 Said::Node(ch @ Change::Lost {
                     node,
                     last,
@@ -164,6 +276,16 @@ impl Watcher<'_> {
             fields.push(("by_node", me.into()));
             self.record(Kind::Watch, a.last_step, fields)?;
         }
-        Ok(())
+        let Some((reason, code)) = act else {
+            return Ok(Flow::Continue);
+        };
+        // Stacks and the kill record first, then the run stopped, then the job's code.
+        let targets = self.run.members(&self.fs);
+        self.kill_record("cluster", Evidence::Note(reason.clone()), &targets, None)?;
+        if self.opts.dry_run {
+            return Ok(Flow::Continue);
+        }
+        self.terminate(&targets)?;
+        self.done(code, &reason).map(Flow::Exit)
     }
 }

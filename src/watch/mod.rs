@@ -475,7 +475,7 @@ impl Watcher<'_> {
             let rank_obs = sample.ranks.clone();
             let a = self.sentinel.observe(sample);
             self.rank_tick(&rank_obs)?;
-            self.cluster_tick(&a)?;
+            let cluster_flow = self.cluster_tick(&a)?;
             self.report.tick(&a);
             if a.state == State::Working {
                 // A dry run records each episode once; progress ends the episode.
@@ -501,6 +501,8 @@ impl Watcher<'_> {
                 self.record(Kind::Watch, a.last_step, xids::record_fields(&x))?;
             }
             let flow = match self.new_rollback()? {
+                // A job verdict acted on: this node's run is stopped, the job's code given.
+                _ if matches!(cluster_flow, Flow::Exit(_)) => cluster_flow,
                 Some(rb) => self.on_rollback(rb, &a)?,
                 None => match &a.state {
                     State::Exited { code, signal } => self.on_exit(*code, *signal)?,
