@@ -217,9 +217,9 @@ fn a_lost_machine_is_named_by_every_other_node_within_the_stale_limit() {
             r.get("limit_s").and_then(serde_json::Value::as_f64),
             Some(STALE_S)
         );
-        // Named at the first sample past the limit (2 s of slack for a loaded machine).
+        // Named at the first sample past the limit (4 s of slack for a loaded CI machine).
         assert!(
-            (STALE_S..STALE_S + 2.0).contains(&silent),
+            (STALE_S..STALE_S + 4.0).contains(&silent),
             "{name} named node 1 after {silent}s unheard (limit {STALE_S}s)"
         );
         eprintln!("{name}: node 1 named lost after {silent}s unheard (limit {STALE_S}s)");
@@ -370,10 +370,18 @@ fn a_node_that_cannot_tell_its_place_is_refused_before_its_trainer_starts() {
     assert!(!env.path("started").exists(), "the trainer was started");
 }
 
-/// The pids of a node's trainer group are gone.
+/// The pids of a node's trainer group are gone (within 5 s: a shell ends on SIGTERM only
+/// once its foreground `sleep` returns).
 fn trainer_gone(n: &Node) -> bool {
     let pid: i32 = n.env.read("child.pid").trim().parse().unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), None).is_err()
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), None).is_err() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
 }
 
 #[test]
@@ -492,7 +500,13 @@ fn a_dead_roger_with_a_live_trainer_stops_nothing_even_with_on_lost_requeue() {
         nodes[0].watch.try_wait().unwrap().is_none(),
         "node 0's watch ended"
     );
-    assert!(!trainer_gone(&nodes[0]) && !trainer_gone(&nodes[1]));
+    for n in &nodes {
+        let pid: i32 = n.env.read("child.pid").trim().parse().unwrap();
+        assert!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), None).is_ok(),
+            "a trainer was stopped"
+        );
+    }
     assert!(
         !store.path().join("job/verdicts").exists()
             || std::fs::read_dir(store.path().join("job/verdicts"))

@@ -23,6 +23,33 @@ const ENGINES: [(&str, &[&str]); 4] = [
     ("PET_NODE_RANK", &["PET_NNODES"]),
 ];
 
+/// The variables that name the job, in the order tried, for `{job}` in `[cluster] store`:
+/// SLURM's job id (kept across requeues), then `ROGER_JOB_ID` (a JobSet's name, set by the
+/// pod spec).
+const JOB_VARS: [&str; 2] = ["SLURM_JOB_ID", "ROGER_JOB_ID"];
+
+/// `[cluster] store` with `{job}` filled: one directory per job, the same across its
+/// requeues and restarts (so the job-wide budget counts them).
+pub fn store_path(
+    store: &std::path::Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<std::path::PathBuf> {
+    let text = store.to_string_lossy();
+    if !text.contains("{job}") {
+        return Ok(store.to_path_buf());
+    }
+    let Some(job) = JOB_VARS
+        .iter()
+        .find_map(|k| env(k).filter(|v| !v.trim().is_empty()))
+    else {
+        bail!("[cluster] store {text:?} names {{job}}, but neither SLURM_JOB_ID nor ROGER_JOB_ID is set")
+    };
+    if job.contains('/') || job.contains("..") {
+        bail!("[cluster] store: the job id {job:?} is not a directory name");
+    }
+    Ok(std::path::PathBuf::from(text.replace("{job}", job.trim())))
+}
+
 /// This node's identity from `[cluster] node`/`nodes` or the engine's variables (`env`
 /// answers a variable's value). An error names what is missing and how to give it.
 pub fn resolve(
@@ -126,6 +153,24 @@ mod tests {
         assert_eq!(pet.unwrap().node, 1);
         let cfg = resolve(Some(0), Some(2), &env(&[("SLURM_NODEID", "1")])).unwrap();
         assert_eq!((cfg.node, cfg.nodes), (0, 2), "the config wins");
+    }
+
+    #[test]
+    fn one_store_directory_per_job() {
+        let p = std::path::Path::new("/shared/roger/{job}");
+        let slurm = store_path(p, &env(&[("SLURM_JOB_ID", "4242"), ("ROGER_JOB_ID", "x")]));
+        assert_eq!(slurm.unwrap(), std::path::Path::new("/shared/roger/4242"));
+        let k8s = store_path(p, &env(&[("ROGER_JOB_ID", "llm-pretrain")])).unwrap();
+        assert_eq!(k8s, std::path::Path::new("/shared/roger/llm-pretrain"));
+        let none = store_path(p, &env(&[])).unwrap_err().to_string();
+        assert!(
+            none.contains("neither SLURM_JOB_ID nor ROGER_JOB_ID"),
+            "{none}"
+        );
+        let bad = store_path(p, &env(&[("ROGER_JOB_ID", "../x")])).unwrap_err();
+        assert!(bad.to_string().contains("not a directory name"), "{bad}");
+        let plain = std::path::Path::new("/shared/job-7");
+        assert_eq!(store_path(plain, &env(&[])).unwrap(), plain);
     }
 
     #[test]

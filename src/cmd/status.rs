@@ -105,6 +105,8 @@ fn node_rows(cfg: &Config, now: DateTime<Utc>) -> Result<Vec<NodeRow>, String> {
     let Some(root) = &cfg.cluster.store else {
         return Ok(Vec::new());
     };
+    let root = &crate::cluster::identity::store_path(root, &|k| std::env::var(k).ok())
+        .map_err(|e| format!("{e:#}"))?;
     let id = crate::cluster::identity::resolve(cfg.cluster.node, cfg.cluster.nodes, &|k| {
         std::env::var(k).ok()
     });
@@ -135,13 +137,14 @@ fn node_rows(cfg: &Config, now: DateTime<Utc>) -> Result<Vec<NodeRow>, String> {
     Ok(all
         .into_iter()
         .map(|(node, r)| {
-            let age_s = r.as_ref().map(|r| ((now_s - r.at) * 10.0).round() / 10.0);
+            let age = r.as_ref().map(|r| now_s - r.at);
             NodeRow {
                 node,
                 state: r.as_ref().map(|r| r.state.clone()),
                 step: r.as_ref().and_then(|r| r.step),
-                age_s,
-                lost: age_s.is_none_or(|a| a > limit),
+                age_s: age.map(|a| (a * 10.0).round() / 10.0),
+                // As the watches judge: unheard for the limit or longer.
+                lost: age.is_none_or(|a| a >= limit),
             }
         })
         .collect())

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 pub struct ClusterConfig {
     /// A directory every node of the job sees (NFS, Lustre, a shared volume): each node's
     /// record and the job's state live under it. Relative paths are from roger.toml's
-    /// directory. Absent: this watch guards its node alone.
+    /// directory; `{job}` is the job's id (`SLURM_JOB_ID`, else `ROGER_JOB_ID`), one
+    /// directory per job. Absent: this watch guards its node alone.
     pub store: Option<PathBuf>,
     /// This node's index in the job; absent: from the engine's environment
     /// (`SLURM_NODEID`, `JOB_COMPLETION_INDEX`, `NODE_RANK`, `PET_NODE_RANK`).

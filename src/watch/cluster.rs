@@ -45,7 +45,8 @@ impl NodeWatch {
             std::env::var(k).ok()
         })?;
         let started_at = unix_now();
-        let store = DirStore::open(root)?;
+        let root = cluster::identity::store_path(root, &|k| std::env::var(k).ok())?;
+        let store = DirStore::open(&root)?;
         let seen = store.list("verdicts")?.into_iter().collect();
         Ok(Some(NodeWatch {
             store,
