@@ -71,9 +71,15 @@ fn an_attached_run_reaped_by_its_parent_after_finishing_is_not_relaunched() {
         assert_eq!(pids(&env).len(), 1, "{name}: one trainer\n{}", run.report());
         let exited = event(&recs, "exited");
         assert_eq!(exited.len(), 1, "{name}\n{}", run.report());
-        assert_eq!(exited[0].get("exit_status_known"), Some(&false.into()));
         let done = event(&recs, "done");
         let reason = done[0].str_field("reason").unwrap();
+        // On a loaded machine roger may read the exit code off the zombie before its parent
+        // reaps it (CI saw it): then the status is known and must be the run's 0.
+        if exited[0].get("exit_status_known") == Some(&true.into()) {
+            assert_eq!(exited[0].get("code"), Some(&0.into()), "{name}");
+            assert_eq!(reason, "the run exited 0", "{name}");
+            continue;
+        }
         assert!(
             reason.contains("exit status unknown") && reason.contains("total_steps = 40"),
             "{name}: {reason}"
