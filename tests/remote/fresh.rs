@@ -177,19 +177,29 @@ fn the_kubelets_sigterm_hands_off_to_the_bucket_and_the_next_pod_resumes_from_it
     assert!(verified.contains(&step), "{step} not in {verified:?}");
     let config_text = pod1.read("roger.toml");
     drop(pod1);
-    // The replacement pod: empty volume, same config.
+    // The replacement pod: empty volume, same config. It resumes from the bucket's newest
+    // verified checkpoint: the hand-off's, or one the run published before its stop whose
+    // upload was verified after it (a loaded CI machine showed it).
     let pod2 = Env::new();
     pod2.write("roger.toml", &config_text);
-    let mut w = watch(
-        &pod2,
-        &["--steps", &(step + 15).to_string(), "--step-ms", "20"],
-    );
+    let end = step + 200;
+    let mut w = watch(&pod2, &["--steps", &end.to_string(), "--step-ms", "20"]);
     let st = wait_child(&mut w, LIMIT);
     assert_eq!(st.code(), Some(0), "{}", pod2.read("watch.err"));
+    let fetched = records(&pod2)
+        .iter()
+        .find(|r| r.str_field("event") == Some("fetched"))
+        .and_then(|r| r.step)
+        .unwrap_or_else(|| panic!("pod 2 fetched nothing: {}", pod2.read("watch.err")));
+    assert!(
+        fetched >= step,
+        "fetched {fetched}, older than the hand-off's {step}"
+    );
     assert_eq!(
         steps(&pod2).first(),
-        Some(&(step + 1)),
-        "resumed from the hand-off's step {step}"
+        Some(&(fetched + 1)),
+        "resumed from the fetched step {fetched} (the hand-off's: {step})"
     );
+    assert_eq!(steps(&pod2).last(), Some(&end));
     run(&pod2, &["--config", "roger.toml", "ledger", "verify"]).expect(0);
 }
