@@ -113,15 +113,22 @@ impl NodeWatch {
             let limit = self.lost_after.unwrap_or(a.limit.seconds);
             out.extend(self.peers.judge(now, limit).into_iter().map(Said::Node));
             if self.on_lost != OnLost::Name {
-                out.extend(self.verdicts(a, now, limit));
+                let (said, err) = self.verdicts(a, now, limit);
+                out.extend(said);
+                // A store that fails here is down as if its heartbeat had: said once.
+                if let Some(e) = err {
+                    out.push(Said::StoreDown(e.clone()));
+                    self.down = Some(e);
+                }
             }
         }
         out
     }
 
     /// Write the verdict on every lost node this node waits on (first writer wins), then
-    /// read the verdicts this watch has not seen: each is said, and acted on.
-    fn verdicts(&mut self, a: &Assessment, now: f64, limit: f64) -> Vec<Said> {
+    /// read the verdicts this watch has not seen: each is said, and acted on. The store's
+    /// error, if it failed, comes back beside what was read before it.
+    fn verdicts(&mut self, a: &Assessment, now: f64, limit: f64) -> (Vec<Said>, Option<String>) {
         let own = Own {
             step: a.last_step,
             silent_s: a.silent_s,
@@ -149,13 +156,13 @@ impl NodeWatch {
                 };
                 let bytes = serde_json::to_vec(&v).expect("a verdict serialises");
                 if let Err(e) = self.store.create(&verdict::key(&v.id), &bytes) {
-                    out.push(Said::StoreDown(format!("{e:#}")));
+                    return (out, Some(format!("{e:#}")));
                 }
             }
         }
         let keys = match self.store.list("verdicts") {
             Ok(k) => k,
-            Err(e) => return vec![Said::StoreDown(format!("{e:#}"))],
+            Err(e) => return (out, Some(format!("{e:#}"))),
         };
         let incidents = keys.len();
         for k in keys {
@@ -171,16 +178,17 @@ impl NodeWatch {
                     self.seen.insert(k);
                     out.push(Said::Verdict(v, incidents));
                 }
-                // Not there yet, or written by a newer roger: said, and looked at again.
+                // Gone between the listing and the read: looked at again next sample.
                 Ok(None) => {}
+                // Not a verdict this roger can read: said once, counted in the budget.
                 Ok(Some(Err(e))) => {
-                    self.seen.insert(k.clone());
-                    out.push(Said::StoreDown(format!("{k}: not a verdict: {e}")));
+                    out.push(Said::Unreadable(format!("{k}: not a verdict: {e}")));
+                    self.seen.insert(k);
                 }
-                Err(e) => out.push(Said::StoreDown(format!("{e:#}"))),
+                Err(e) => return (out, Some(format!("{e:#}"))),
             }
         }
-        out
+        (out, None)
     }
 }
 
@@ -189,6 +197,8 @@ enum Said {
     /// A job verdict this node has not acted on, and the job's incidents so far.
     Verdict(JobVerdict, usize),
     StoreDown(String),
+    /// A verdict file that does not parse.
+    Unreadable(String),
     StoreBack(String),
 }
 
@@ -265,6 +275,10 @@ impl Watcher<'_> {
                 Said::StoreDown(e) => (
                     format!("[cluster] store {store} does not answer: {e}; no node is named lost until it does"),
                     vec![("event", "cluster_store_down".into()), ("error", e.clone().into())],
+                ),
+                Said::Unreadable(e) => (
+                    format!("[cluster] store {store}: {e}; not acted on"),
+                    vec![("event", "cluster_verdict_unreadable".into()), ("error", e.clone().into())],
                 ),
                 Said::StoreBack(e) => (
                     format!("[cluster] store {store} answers again (it had failed: {e})"),
