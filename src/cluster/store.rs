@@ -38,6 +38,14 @@ impl DirStore {
         })
     }
 
+    /// The store at `root` for reading only (`roger status`): nothing is created, and a
+    /// store that is not there reads as an error.
+    pub fn existing(root: &Path) -> DirStore {
+        DirStore {
+            root: root.to_path_buf(),
+        }
+    }
+
     /// A store that vanished (an unmounted share) is an error, never silently made again:
     /// its directories below the root are made as needed.
     fn path(&self, key: &str) -> Result<PathBuf> {
@@ -156,5 +164,8 @@ mod tests {
         let e = s.put("nodes/node-0.json", b"x").unwrap_err().to_string();
         assert!(e.contains("is not a directory"), "{e}");
         assert!(!d.path().join("share").exists(), "not made again");
+        let never = DirStore::existing(&d.path().join("never"));
+        assert!(never.get("nodes/node-0.json").is_err());
+        assert!(!d.path().join("never").exists(), "a reader makes nothing");
     }
 }

@@ -126,7 +126,8 @@ fn node_rows(cfg: &Config, now: DateTime<Utc>) -> Result<Vec<NodeRow>, String> {
             .max()
             .map_or(0, |m| m + 1),
     };
-    let store = crate::cluster::DirStore::open(root).map_err(|e| format!("{e:#}"))?;
+    // status only reads: an unmounted share is said, never made again as an empty directory.
+    let store = crate::cluster::DirStore::existing(root);
     let limit = cfg
         .cluster
         .lost_after
