@@ -388,7 +388,7 @@ fn trainer_gone(n: &Node) -> bool {
 fn a_lost_node_is_one_job_verdict_and_every_waiting_node_stops_for_a_requeue() {
     let store = tempfile::tempdir().unwrap();
     let nodes: Vec<Node> = (0..3)
-        .map(|k| node_with(store.path(), k, 3, "", "on_lost = \"requeue\""))
+        .map(|k| node_with(store.path(), k, 3, "", "on_fault = \"requeue\""))
         .collect();
     all_up(&nodes, store.path());
     let mut nodes = nodes.into_iter();
@@ -451,7 +451,7 @@ fn the_relaunch_budget_is_the_jobs_not_each_nodes() {
                 k,
                 2,
                 "max_relaunches = 1",
-                "on_lost = \"requeue\"",
+                "on_fault = \"requeue\"",
             )
         })
         .collect();
@@ -483,6 +483,7 @@ fn the_relaunch_budget_is_the_jobs_not_each_nodes() {
 #[test]
 fn a_dead_roger_with_a_live_trainer_stops_nothing_even_with_on_lost_requeue() {
     let store = tempfile::tempdir().unwrap();
+    // `on_lost`: the first name of `on_fault`, still read.
     let mut nodes: Vec<Node> = (0..2)
         .map(|k| node_with(store.path(), k, 2, "", "on_lost = \"requeue\""))
         .collect();

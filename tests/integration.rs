@@ -7,6 +7,7 @@ mod bench;
 mod checkpoint_trust;
 mod cli;
 mod cluster;
+mod cluster_hang;
 mod conventions;
 mod critic;
 mod critic_live;

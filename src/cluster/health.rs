@@ -24,6 +24,9 @@ pub struct NodeRecord {
     pub step: Option<u64>,
     /// Seconds since the run's step last advanced, as that node measured it.
     pub silent_s: f64,
+    /// Its ranks' stacks, once its run has been silent for half the stale limit (this stall's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<super::NodeStacks>,
 }
 
 /// A change this watch names, once per incident.
@@ -231,6 +234,7 @@ mod tests {
             state: "working".into(),
             step: Some(step),
             silent_s: 0.0,
+            stacks: None,
         }
     }
 

@@ -1,14 +1,17 @@
 //! Many nodes, one run: each node's watch knows its place in the job ([`identity`]), writes
 //! its node record to a store every node sees ([`store`]) at its sampling interval, reads the
 //! others', and names a node unheard for the stale limit ([`health`]): "node 3 has not
-//! reported since 03:12:40Z (last step 1200, working): machine lost or roger stopped". The
+//! reported since 03:12:40Z (last step 1200, working): machine lost or roger stopped"; and a
+//! stall from every node's ranks' stacks ([`hang`]): "node 1's rank 2 in `slow_loader`". The
 //! decisions are pure over the records read; the store sits behind one small trait.
 
+pub mod hang;
 pub mod health;
 pub mod identity;
 pub mod store;
 pub mod verdict;
 
+pub use hang::{NodeStacks, RankStack};
 pub use health::{Change, NodeRecord, Own, Peers};
 pub use identity::Identity;
 pub use store::{DirStore, Store};

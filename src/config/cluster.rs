@@ -22,16 +22,19 @@ pub struct ClusterConfig {
     /// A node unheard for this long is named lost; absent: the watch's stale limit
     /// (`[watch] stale`, or the calibrated one).
     pub lost_after: Option<Dur>,
-    /// What the job does when a node is lost while the others wait on it: `name` it only,
-    /// `requeue` (one job-wide verdict; every node dumps its ranks' stacks, stops its run and
-    /// exits 76 for the scheduler to restart the whole job, 75 once the job-wide budget,
-    /// `[watch] max_relaunches` incidents, is spent), or `stop` (the same, exit 75).
-    pub on_lost: OnLost,
+    /// What the job does when a node is lost while the others wait on it, or its run stalls
+    /// (the stale limit): `name` it only (a stall is then each node's own, as without
+    /// `[cluster]`), `requeue` (one job-wide verdict naming the node; every node dumps its
+    /// ranks' stacks, stops its run and exits 76 for the scheduler to restart the whole job,
+    /// 75 once the job-wide budget, `[watch] max_relaunches` incidents, is spent), or `stop`
+    /// (the same, exit 75). `on_lost`, its first name, is read too.
+    #[serde(alias = "on_lost")]
+    pub on_fault: OnFault,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
-pub enum OnLost {
+pub enum OnFault {
     #[default]
     Name,
     Requeue,

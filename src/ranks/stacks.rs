@@ -2,10 +2,10 @@
 //! each rank by the innermost frame of its main thread, and name the odd group — the rank
 //! that is somewhere else while the others wait in the collective.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One frame as py-spy prints it: `    all_reduce (torch/distributed/distributed_c10d.py:1541)`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Frame {
     pub function: String,
     pub file: String,

@@ -1,19 +1,23 @@
 //! The watch's side of [`crate::cluster`]: each sample, this node's record goes to the
 //! store and the others' are read; a node unheard for the stale limit is named (stderr and
 //! the ledger: `node_lost`, then `node_back`). An unreachable store is said once, and no node
-//! is named lost while it is (a store that does not answer cannot tell who is gone). With
-//! `[cluster] on_lost` set, a node that waits on a lost one writes the job's verdict (the
-//! first writer wins), and every node acts on every new verdict the same way: its ranks'
-//! stacks and the kill record first, then its run stopped, then the job's exit code.
+//! is named lost while it is (a store that does not answer cannot tell who is gone). A run
+//! silent for half its stale limit takes its ranks' stacks once and puts their frames in its
+//! record. With `[cluster] on_fault` set, a node that waits on a lost one, or whose run
+//! stalled past the limit, writes the job's verdict (the first writer wins; a stall's names
+//! the node whose ranks stand out in every node's stacks), and every node acts on every new
+//! verdict the same way: its ranks' stacks and the kill record first, then its run stopped,
+//! then the job's exit code. A stall is then the job's, not each node's own: only with the
+//! store down does a node act on its own run alone, as without `[cluster]`.
 
 use super::actions::Evidence;
 use super::Flow;
 use super::{unix_now, Watcher};
 use crate::cluster::{
-    self, health::clock, verdict, Change, DirStore, Identity, JobVerdict, NodeRecord, Own, Peers,
-    Store,
+    self, hang, health::clock, verdict, Change, DirStore, Identity, JobVerdict, NodeRecord,
+    NodeStacks, Own, Peers, Store,
 };
-use crate::config::cluster::OnLost;
+use crate::config::cluster::OnFault;
 use crate::config::Config;
 use crate::ledger::Kind;
 use crate::sentinel::Assessment;
@@ -29,7 +33,11 @@ pub struct NodeWatch {
     lost_after: Option<f64>,
     /// The store's error while it does not answer (said once per outage).
     down: Option<String>,
-    on_lost: OnLost,
+    on_fault: OnFault,
+    /// This stall's stacks of this node's ranks (None: the run advances).
+    pub stacks: Option<NodeStacks>,
+    /// Samples this node's run has been past its stale limit (a wedge) without a verdict.
+    wedged: u32,
     /// The verdict files seen (those there at the start are earlier incidents of the job:
     /// counted in its budget, not acted on again).
     seen: std::collections::BTreeSet<String>,
@@ -50,7 +58,9 @@ impl NodeWatch {
         let seen = store.list("verdicts")?.into_iter().collect();
         Ok(Some(NodeWatch {
             store,
-            on_lost: cfg.cluster.on_lost,
+            on_fault: cfg.cluster.on_fault,
+            stacks: None,
+            wedged: 0,
             seen,
             peers: Peers::new(id.node, id.nodes, started_at),
             id,
@@ -63,6 +73,12 @@ impl NodeWatch {
 
     pub fn describe(&self) -> String {
         self.store.describe()
+    }
+
+    /// Whether this node's stalled run is the job's to judge (one verdict for every node),
+    /// not this watch's alone: with `on_fault` set and the store answering.
+    pub fn owns_stall(&self) -> bool {
+        self.on_fault != OnFault::Name && self.down.is_none()
     }
 
     /// One sample: write, read, judge. What changed comes back for the watch to record.
@@ -78,6 +94,7 @@ impl NodeWatch {
             state: a.state.name().to_string(),
             step: a.last_step,
             silent_s: super::ms(a.silent_s),
+            stacks: self.stacks.clone(),
         };
         let bytes = serde_json::to_vec(&rec).expect("a node record serialises");
         let mut err = self
@@ -112,7 +129,7 @@ impl NodeWatch {
         if self.down.is_none() {
             let limit = self.lost_after.unwrap_or(a.limit.seconds);
             out.extend(self.peers.judge(now, limit).into_iter().map(Said::Node));
-            if self.on_lost != OnLost::Name {
+            if self.on_fault != OnFault::Name {
                 let (said, err) = self.verdicts(a, now, limit);
                 out.extend(said);
                 // A store that fails here is down as if its heartbeat had: said once.
@@ -125,57 +142,64 @@ impl NodeWatch {
         out
     }
 
-    /// Write the verdict on every lost node this node waits on (first writer wins), then
-    /// read the verdicts this watch has not seen: each is said, and acted on. The store's
+    /// Read the verdicts this watch has not seen: each is said, and acted on. With none new,
+    /// write the job's next one when this node waits on a lost node, or its run stalled past
+    /// the limit (a wedge) and every node's stacks are in (or two samples passed): the first
+    /// writer wins the incident's id, and every writer reads back the winner's. The store's
     /// error, if it failed, comes back beside what was read before it.
     fn verdicts(&mut self, a: &Assessment, now: f64, limit: f64) -> (Vec<Said>, Option<String>) {
-        let own = Own {
-            step: a.last_step,
-            silent_s: a.silent_s,
-        };
         let mut out = Vec::new();
-        if a.silent_s >= limit / 2.0 {
-            let lost: Vec<u32> = self.peers.lost().copied().collect();
-            for node in lost {
-                let last = self.peers.last(node);
-                let v = JobVerdict {
-                    id: verdict::id_for(node, last),
-                    cause: "node_lost".into(),
-                    node,
-                    last_step: last.and_then(|r| r.step),
-                    by_node: self.id.node,
-                    at: now,
-                    action: self.on_lost,
-                    reason: Change::Lost {
-                        node,
-                        last: last.cloned(),
-                        silent_s: self.peers.unheard(node, now),
-                        limit_s: limit,
-                    }
-                    .words(now, own),
-                };
-                let bytes = serde_json::to_vec(&v).expect("a verdict serialises");
-                if let Err(e) = self.store.create(&verdict::key(&v.id), &bytes) {
-                    return (out, Some(format!("{e:#}")));
-                }
-            }
-        }
         let keys = match self.store.list("verdicts") {
             Ok(k) => k,
             Err(e) => return (out, Some(format!("{e:#}"))),
         };
+        if let Err(e) = self.read_new(&keys, &mut out) {
+            return (out, Some(e));
+        }
+        if !out.is_empty() {
+            self.wedged = 0;
+            return (out, None);
+        }
+        self.wedged = if a.state == crate::sentinel::State::Wedge {
+            self.wedged + 1
+        } else {
+            0
+        };
+        let Some(v) = self.verdict_to_write(a, now, limit, &keys) else {
+            return (out, None);
+        };
+        let bytes = serde_json::to_vec(&v).expect("a verdict serialises");
+        let key = verdict::key(&v.id);
+        if let Err(e) = self.store.create(&key, &bytes) {
+            return (out, Some(format!("{e:#}")));
+        }
+        // Won or not, the verdict under this id is the one every node acts on.
+        if let Err(e) = self.read_new(&[key], &mut out) {
+            return (out, Some(e));
+        }
+        let incidents = keys.len() + 1;
+        for s in &mut out {
+            if let Said::Verdict(_, n) = s {
+                *n = (*n).max(incidents);
+            }
+        }
+        (out, None)
+    }
+
+    /// The verdicts among `keys` not seen yet, each said once.
+    fn read_new(&mut self, keys: &[String], out: &mut Vec<Said>) -> Result<(), String> {
         let incidents = keys.len();
         for k in keys {
-            if self.seen.contains(&k) {
+            if self.seen.contains(k) {
                 continue;
             }
             match self
                 .store
-                .get(&k)
+                .get(k)
                 .map(|b| b.map(|b| serde_json::from_slice::<JobVerdict>(&b)))
             {
                 Ok(Some(Ok(v))) => {
-                    self.seen.insert(k);
+                    self.seen.insert(k.clone());
                     out.push(Said::Verdict(v, incidents));
                 }
                 // Gone between the listing and the read: looked at again next sample.
@@ -183,12 +207,105 @@ impl NodeWatch {
                 // Not a verdict this roger can read: said once, counted in the budget.
                 Ok(Some(Err(e))) => {
                     out.push(Said::Unreadable(format!("{k}: not a verdict: {e}")));
-                    self.seen.insert(k);
+                    self.seen.insert(k.clone());
                 }
-                Err(e) => return (out, Some(format!("{e:#}"))),
+                Err(e) => return Err(format!("{e:#}")),
             }
         }
-        (out, None)
+        Ok(())
+    }
+
+    /// The verdict this node would write now, if any.
+    fn verdict_to_write(
+        &self,
+        a: &Assessment,
+        now: f64,
+        limit: f64,
+        keys: &[String],
+    ) -> Option<JobVerdict> {
+        let own = Own {
+            step: a.last_step,
+            silent_s: a.silent_s,
+        };
+        let id = verdict::next_id(keys);
+        let base = |cause: &str, node, reason| JobVerdict {
+            id: id.clone(),
+            cause: cause.into(),
+            node,
+            ranks: Vec::new(),
+            stack: None,
+            last_step: None,
+            by_node: self.id.node,
+            at: now,
+            action: self.on_fault,
+            reason,
+        };
+        // A lost node this node waits on is the cause, whatever the stacks say.
+        if a.silent_s >= limit / 2.0 {
+            if let Some(&node) = self.peers.lost().next() {
+                let last = self.peers.last(node);
+                let mut v = base(
+                    "node_lost",
+                    Some(node),
+                    Change::Lost {
+                        node,
+                        last: last.cloned(),
+                        silent_s: self.peers.unheard(node, now),
+                        limit_s: limit,
+                    }
+                    .words(now, own),
+                );
+                v.last_step = last.and_then(|r| r.step);
+                return Some(v);
+            }
+        }
+        if self.wedged == 0 {
+            return None;
+        }
+        // Every other node's stacks, as its newest record holds them.
+        let peers: Vec<(u32, Option<&NodeStacks>)> = (0..self.id.nodes)
+            .filter(|n| *n != self.id.node)
+            .map(|n| (n, self.peers.last(n).and_then(|r| r.stacks.as_ref())))
+            .collect();
+        if peers.iter().any(|(_, s)| s.is_none()) && self.wedged < 3 {
+            return None;
+        }
+        let mut all: Vec<(u32, &NodeStacks)> = peers
+            .iter()
+            .filter_map(|(n, s)| Some((*n, (*s)?)))
+            .collect();
+        if let Some(mine) = &self.stacks {
+            all.push((self.id.node, mine));
+        }
+        all.sort_by_key(|(n, _)| *n);
+        let c = hang::culprit(&all);
+        let mut words = hang::words(&all, c.as_ref());
+        let missing: Vec<String> = peers
+            .iter()
+            .filter(|(_, s)| s.is_none())
+            .map(|(n, _)| n.to_string())
+            .collect();
+        if !missing.is_empty() {
+            words.push_str(&format!(
+                "; no stacks from node {} (none in its record)",
+                missing.join(",")
+            ));
+        }
+        let step = all.iter().filter_map(|(_, s)| s.step).min();
+        let mut v = base(
+            "hang",
+            c.as_ref().map(|c| c.node),
+            format!(
+                "the job's run stalled (node {}'s silent {:.1}s, limit {:.1}s): {words}",
+                self.id.node, a.silent_s, a.limit.seconds
+            ),
+        );
+        v.last_step = step.or(a.last_step);
+        if let Some(c) = &c {
+            v.ranks = c.ranks.iter().filter_map(|r| r.rank).collect();
+            v.stack = c.ranks[0].frame.as_ref().map(|f| f.short());
+        }
+        Some(v)
     }
 }
 
@@ -205,6 +322,7 @@ enum Said {
 impl Watcher<'_> {
     /// The job's nodes, once per sample (a run without `[cluster]`: nothing).
     pub(super) fn cluster_tick(&mut self, a: &Assessment) -> Result<Flow> {
+        self.stall_stacks(a)?;
         let Some(c) = self.cluster.as_mut() else {
             return Ok(Flow::Continue);
         };
@@ -222,8 +340,15 @@ impl Watcher<'_> {
             let (reason, fields) = match &s {
                 Said::Verdict(v, incidents) => {
                     let (code, then) = verdict::exit_for(v.action, *incidents, budget);
+                    let role = match v.node {
+                        Some(n) if n == me && v.cause == "hang" => {
+                            "; the cause is this node".to_string()
+                        }
+                        Some(n) if n != me => format!("; this node's run waits on node {n}"),
+                        _ => String::new(),
+                    };
                     let reason = format!(
-                        "job verdict {} (written by node {}{}): {}; every node stops its run, then {then}",
+                        "job verdict {} (written by node {}{}): {}{role}; every node stops its run, then {then}",
                         v.id,
                         v.by_node,
                         if v.by_node == me { ", this one" } else { "" },
@@ -237,7 +362,10 @@ impl Watcher<'_> {
                         vec![
                             ("event", "cluster_verdict".into()),
                             ("id", v.id.clone().into()),
-                            ("node", v.node.into()),
+                            ("cause", v.cause.clone().into()),
+                            ("node", json!(v.node)),
+                            ("ranks", json!(v.ranks)),
+                            ("stack", json!(v.stack)),
                             ("last_step", json!(v.last_step)),
                             ("written_by", v.by_node.into()),
                             ("won", (v.by_node == me).into()),
@@ -302,5 +430,53 @@ impl Watcher<'_> {
         }
         self.terminate(&targets)?;
         self.done(code, &reason).map(Flow::Exit)
+    }
+}
+
+impl Watcher<'_> {
+    /// A run silent for half its stale limit: its ranks' stacks, once per stall, for this
+    /// node's record (what the others judge a job-wide stall by) and the ledger.
+    fn stall_stacks(&mut self, a: &Assessment) -> Result<()> {
+        let Some(c) = self.cluster.as_mut() else {
+            return Ok(());
+        };
+        let stalled = a.silent_s >= a.limit.seconds / 2.0
+            && !matches!(a.state, crate::sentinel::State::Exited { .. });
+        if !stalled {
+            c.stacks = None;
+            return Ok(());
+        }
+        if c.stacks.as_ref().is_some_and(|s| s.step == a.last_step) {
+            return Ok(());
+        }
+        let me = c.id.node;
+        let ranks = self.rank_stacks();
+        let stacks = NodeStacks {
+            step: a.last_step,
+            silent_s: super::ms(a.silent_s),
+            ranks,
+        };
+        let said = hang::words(&[(me, &stacks)], None);
+        let said = said.strip_prefix("no node stands out: ").unwrap_or(&said);
+        let reason = format!(
+            "node {me}: the run has been silent {:.1}s (half its {:.1}s limit): {said}",
+            a.silent_s, a.limit.seconds
+        );
+        tracing::info!("{reason}");
+        self.record(
+            Kind::Watch,
+            a.last_step,
+            vec![
+                ("event", "node_stacks".into()),
+                ("node", me.into()),
+                ("stacks", serde_json::to_value(&stacks.ranks)?),
+                ("silent_s", super::ms(a.silent_s).into()),
+                ("reason", reason.into()),
+            ],
+        )?;
+        if let Some(c) = self.cluster.as_mut() {
+            c.stacks = Some(stacks);
+        }
+        Ok(())
     }
 }

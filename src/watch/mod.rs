@@ -507,6 +507,10 @@ impl Watcher<'_> {
                 None => match &a.state {
                     State::Exited { code, signal } => self.on_exit(*code, *signal)?,
                     State::Zombie => self.on_zombie(&a)?,
+                    // The job's verdict, written and read through the store, acts on it.
+                    State::Wedge if self.cluster.as_ref().is_some_and(|c| c.owns_stall()) => {
+                        Flow::Continue
+                    }
                     State::Wedge => self.on_wedge(&a)?,
                     _ => Flow::Continue,
                 },

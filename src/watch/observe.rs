@@ -14,8 +14,19 @@ impl Watcher<'_> {
         let ranks = self.ranks.read(&self.run.last_tree);
         // With a log per rank, the run has progressed as far as its slowest rank's log: one
         // rank whose log stops makes the run stale even while the others' still grow.
-        if let (Some(slowest), Ok(l)) = (self.ranks.poll_logs(), log.as_mut()) {
-            l.last_step = Some(l.last_step.map_or(slowest, |s| s.min(slowest)));
+        match (self.ranks.poll_logs(), log.as_mut()) {
+            (Some(slowest), Ok(l)) => {
+                l.last_step = Some(l.last_step.map_or(slowest, |s| s.min(slowest)));
+            }
+            // The judged rank's log is on another node (a multi-node job writes each node's
+            // ranks' logs there): this node's progress is its own ranks'.
+            (Some(slowest), Err(_)) => {
+                log = Ok(crate::sentinel::LogObs {
+                    bytes: 0,
+                    last_step: Some(slowest),
+                });
+            }
+            _ => {}
         }
         Sample {
             at: self.now(),

@@ -209,18 +209,99 @@ impl Watcher<'_> {
         )]
     }
 
+    /// The evidence hook on each (pid, output file) at once, each within `evidence_timeout`
+    /// (no hook: nothing run, no result).
+    fn run_hooks(&self, jobs: &[(Option<u32>, u32, PathBuf)]) -> Vec<Result<(), String>> {
+        let hook = &self.cfg.watch.evidence_hook;
+        if hook.is_empty() {
+            return Vec::new();
+        }
+        let timeout = self.cfg.watch.evidence_timeout.0;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = jobs
+                .iter()
+                .map(|(_, pid, file)| {
+                    let argv = super::resume::fill(hook, &[("pid", pid.to_string())]);
+                    s.spawn(move || {
+                        super::child::evidence(&argv, timeout, file).map_err(|e| format!("{e:#}"))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("hook thread panicked".into()))
+                })
+                .collect()
+        })
+    }
+
+    /// Each rank's innermost frame (a run without ranks: its main process's), from the
+    /// evidence hook's dumps, kept as evidence (`…-stall-rank<r>.txt`): what a node says of
+    /// its ranks while its run stalls, before anything is killed.
+    pub(super) fn rank_stacks(&self) -> Vec<crate::cluster::RankStack> {
+        use crate::cluster::RankStack;
+        if self.cfg.watch.evidence_hook.is_empty() {
+            return vec![RankStack {
+                rank: None,
+                frame: None,
+                error: Some("no [watch] evidence_hook to read stacks with".into()),
+            }];
+        }
+        let main = self.run.main.pid;
+        let dir = self.evidence_dir();
+        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string();
+        let jobs: Vec<(Option<u32>, u32, PathBuf)> = if self.ranks.map.is_empty() {
+            vec![(None, main, dir.join(format!("{stamp}-{main}-stall.txt")))]
+        } else {
+            self.ranks
+                .map
+                .iter()
+                .map(|r| {
+                    let f = dir.join(format!("{stamp}-{main}-stall-rank{}.txt", r.rank));
+                    (Some(r.rank), r.pid, f)
+                })
+                .collect()
+        };
+        let results = self.run_hooks(&jobs);
+        jobs.iter()
+            .zip(results)
+            .map(|((rank, _, file), res)| {
+                let dump =
+                    res.and_then(|()| std::fs::read_to_string(file).map_err(|e| e.to_string()));
+                let frame = dump
+                    .as_ref()
+                    .ok()
+                    .and_then(|d| stacks::innermost(&stacks::parse_dump(d)).cloned());
+                let error = match (&frame, dump) {
+                    (Some(_), _) => None,
+                    (None, Err(e)) => Some(e),
+                    (None, Ok(_)) => Some(format!("no Python stack in {}", file.display())),
+                };
+                RankStack {
+                    rank: *rank,
+                    frame,
+                    error,
+                }
+            })
+            .collect()
+    }
+
+    fn evidence_dir(&self) -> PathBuf {
+        self.ledger
+            .path()
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+            .join("roger-evidence")
+    }
+
     /// The evidence hook on the main process and every rank at once, each within
     /// `evidence_timeout`; the ranks' stacks grouped and the odd group named; Flight
     /// Recorder dumps copied beside them. Fields for the kill record.
     pub(super) fn all_evidence(&mut self, silent_s: f64) -> Vec<(&'static str, Value)> {
-        let hook = self.cfg.watch.evidence_hook.clone();
         let main = self.run.main.pid;
-        let dir = self
-            .ledger
-            .path()
-            .parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-            .join("roger-evidence");
+        let dir = self.evidence_dir();
         let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string();
         let mut fields = Vec::new();
         let ranks: Vec<Rank> = self.ranks.map.clone();
@@ -233,30 +314,7 @@ impl Watcher<'_> {
                 dir.join(format!("{stamp}-{main}-rank{}.txt", r.rank)),
             ));
         }
-        let timeout = self.cfg.watch.evidence_timeout.0;
-        let results: Vec<Result<(), String>> = if hook.is_empty() {
-            Vec::new()
-        } else {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = jobs
-                    .iter()
-                    .map(|(_, pid, file)| {
-                        let argv = super::resume::fill(&hook, &[("pid", pid.to_string())]);
-                        s.spawn(move || {
-                            super::child::evidence(&argv, timeout, file)
-                                .map_err(|e| format!("{e:#}"))
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err("hook thread panicked".into()))
-                    })
-                    .collect()
-            })
-        };
+        let results = self.run_hooks(&jobs);
         if let Some(r) = results.first() {
             match r {
                 Ok(()) => fields.push(("evidence", jobs[0].2.display().to_string().into())),

@@ -4,7 +4,7 @@
 //! the critic judges rank 0 and hears the others. That healthy runs under CPU load are not
 //! stragglers is tested in its own binary (tests/under_load.rs), so its load overlaps no test.
 
-mod job;
+pub(crate) mod job;
 
 use crate::util::{roger_bin, Env};
 use job::{ledger, setup, stragglers, torch_ready, watch, STRAGGLER_RULE};
