@@ -8,6 +8,7 @@ mod checkpoint_trust;
 mod cli;
 mod cluster;
 mod cluster_hang;
+mod cluster_parts;
 mod conventions;
 mod critic;
 mod critic_live;

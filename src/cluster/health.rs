@@ -27,6 +27,10 @@ pub struct NodeRecord {
     /// Its ranks' stacks, once its run has been silent for half the stale limit (this stall's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stacks: Option<super::NodeStacks>,
+    /// The steps of this node's published checkpoints (its parts; the newest
+    /// [`super::parts::KEEP`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<Vec<u64>>,
 }
 
 /// A change this watch names, once per incident.
@@ -235,6 +239,7 @@ mod tests {
             step: Some(step),
             silent_s: 0.0,
             stacks: None,
+            parts: None,
         }
     }
 

@@ -8,6 +8,7 @@
 pub mod hang;
 pub mod health;
 pub mod identity;
+pub mod parts;
 pub mod store;
 pub mod verdict;
 

@@ -30,6 +30,18 @@ pub struct ClusterConfig {
     /// (the same, exit 75). `on_lost`, its first name, is read too.
     #[serde(alias = "on_lost")]
     pub on_fault: OnFault,
+    /// Who writes a checkpoint: `one` node (DDP: rank 0 saves the whole state), or
+    /// `every-node` (each node publishes its part: a torch DCP directory's shards, a file per
+    /// rank); then a step is resumed from only when every node's part of it is verified.
+    pub parts: Parts,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Parts {
+    #[default]
+    One,
+    EveryNode,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]

@@ -13,13 +13,15 @@
 use super::actions::Evidence;
 use super::Flow;
 use super::{unix_now, Watcher};
+use crate::checkpoints::Checkpoint;
 use crate::cluster::{
     self, hang, health::clock, verdict, Change, DirStore, Identity, JobVerdict, NodeRecord,
     NodeStacks, Own, Peers, Store,
 };
-use crate::config::cluster::OnFault;
+use crate::config::cluster::{OnFault, Parts};
 use crate::config::Config;
 use crate::ledger::Kind;
+use crate::ledger::Record;
 use crate::sentinel::Assessment;
 use anyhow::Result;
 use serde_json::json;
@@ -38,6 +40,9 @@ pub struct NodeWatch {
     pub stacks: Option<NodeStacks>,
     /// Samples this node's run has been past its stale limit (a wedge) without a verdict.
     wedged: u32,
+    /// The steps of this node's published checkpoints (its parts), from its ledger.
+    parts: std::collections::BTreeSet<u64>,
+    every_node: bool,
     /// The verdict files seen (those there at the start are earlier incidents of the job:
     /// counted in its budget, not acted on again).
     seen: std::collections::BTreeSet<String>,
@@ -45,7 +50,7 @@ pub struct NodeWatch {
 
 impl NodeWatch {
     /// `None` without `[cluster] store`; an error when the node's place is unknown.
-    pub fn from_config(cfg: &Config) -> Result<Option<NodeWatch>> {
+    pub fn from_config(cfg: &Config, records: &[Record], run: &str) -> Result<Option<NodeWatch>> {
         let Some(root) = &cfg.cluster.store else {
             return Ok(None);
         };
@@ -61,6 +66,12 @@ impl NodeWatch {
             on_fault: cfg.cluster.on_fault,
             stacks: None,
             wedged: 0,
+            parts: {
+                let mut p = Default::default();
+                cluster::parts::note(&mut p, records, run);
+                p
+            },
+            every_node: cfg.cluster.parts == Parts::EveryNode,
             seen,
             peers: Peers::new(id.node, id.nodes, started_at),
             id,
@@ -73,6 +84,75 @@ impl NodeWatch {
 
     pub fn describe(&self) -> String {
         self.store.describe()
+    }
+
+    /// The ledger's new records: a checkpoint published (or pruned) changes this node's parts.
+    pub fn note(&mut self, new: &[Record], run: &str) {
+        cluster::parts::note(&mut self.parts, new, run);
+    }
+
+    /// With `parts = "every-node"`, what a resume candidate must pass besides its own
+    /// verification: every other node's record lists its step (read from the store now, so
+    /// every node judges by the same records). `None`: one node writes the checkpoints.
+    pub fn part_gate(&self) -> Option<impl FnMut(&Checkpoint) -> Result<(), String>> {
+        if !self.every_node {
+            return None;
+        }
+        let others: Result<std::collections::BTreeMap<u32, Option<Vec<u64>>>, String> =
+            cluster::read_all(&self.store, self.id.nodes)
+                .map(|all| {
+                    all.into_iter()
+                        .filter(|(n, _)| *n != self.id.node)
+                        .map(|(n, r)| (n, r.and_then(|r| r.parts)))
+                        .collect()
+                })
+                .map_err(|e| {
+                    format!("the other nodes' parts cannot be read from the [cluster] store: {e:#}")
+                });
+        Some(move |c: &Checkpoint| match &others {
+            Ok(o) => cluster::parts::missing(c.step, o).map_or(Ok(()), Err),
+            Err(e) => Err(e.clone()),
+        })
+    }
+
+    /// Before the first launch with `parts = "every-node"` and parts of its own: this node's
+    /// record (its parts) goes to the store, then up to `limit` for every other node's to
+    /// list theirs (a requeued job's are there already; a new job's watches start together),
+    /// so the first launch resumes from a step every node has. Unheard nodes are said by the
+    /// gate, never waited on past the limit.
+    pub fn meet(&mut self, run: &str, limit: std::time::Duration) {
+        if !self.every_node || self.parts.is_empty() {
+            return;
+        }
+        let rec = NodeRecord {
+            node: self.id.node,
+            nodes: self.id.nodes,
+            run: run.to_string(),
+            seq: 0,
+            at: super::unix_now(),
+            started_at: self.started_at,
+            state: "starting".into(),
+            step: None,
+            silent_s: 0.0,
+            stacks: None,
+            parts: Some(self.parts.iter().copied().collect()),
+        };
+        let bytes = serde_json::to_vec(&rec).expect("a node record serialises");
+        if let Err(e) = self.store.put(&cluster::node_key(self.id.node), &bytes) {
+            tracing::warn!("[cluster] store {}: {e:#}", self.store.describe());
+            return;
+        }
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < limit {
+            let all_in = cluster::read_all(&self.store, self.id.nodes).is_ok_and(|all| {
+                all.iter()
+                    .all(|(_, r)| r.as_ref().is_some_and(|r| r.parts.is_some()))
+            });
+            if all_in {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
     }
 
     /// Whether this node's stalled run is the job's to judge (one verdict for every node),
@@ -95,6 +175,7 @@ impl NodeWatch {
             step: a.last_step,
             silent_s: super::ms(a.silent_s),
             stacks: self.stacks.clone(),
+            parts: Some(self.parts.iter().copied().collect()),
         };
         let bytes = serde_json::to_vec(&rec).expect("a node record serialises");
         let mut err = self

@@ -63,6 +63,9 @@ pub(crate) enum Flow {
     Exit(u8),
 }
 
+/// How long a first launch waits for the other nodes' parts (without `[cluster] lost_after`).
+const MEET: Duration = Duration::from_secs(60);
+
 pub(crate) struct Watcher<'a> {
     pub cfg: &'a Config,
     /// `[publish] remote`: where a relaunch finds a checkpoint when this disk has none.
@@ -112,6 +115,8 @@ pub(crate) struct Watcher<'a> {
     pub xids: xids::XidFeed,
     /// `[cluster]`: this node's record in the job's store, and the other nodes heard.
     pub cluster: Option<cluster::NodeWatch>,
+    /// The first launch's resume choice, for the start record.
+    start_extra: Vec<(&'static str, serde_json::Value)>,
     /// `[export] textfile`: rewritten after each tick.
     pub export: Option<crate::export::Exporter>,
     /// `[notify]`: pages, digest and dead-man ping after each tick.
@@ -171,7 +176,8 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
     // One watch per run: refused here, before anything is started or recorded.
     let node = preempt::node_id(opts.node_local)?;
     // [cluster]: this node's place in the job, refused here when it cannot be told.
-    let node_watch = cluster::NodeWatch::from_config(cfg)?;
+    let mut node_watch = cluster::NodeWatch::from_config(cfg, &records, &run_name)?;
+    let mut start_extra = Vec::new();
     let lock_name = node.map_or_else(|| run_name.clone(), |n| format!("{run_name}@node{n}"));
     let lock = single::lock(ledger.path(), &lock_name)?;
     let fs = ProcFs::default();
@@ -218,15 +224,27 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
             l.pid
         ),
         (Mode::Supervise(argv), None) => {
-            let mut first = resume::choose(
-                &records,
-                &run_name,
-                None,
-                &mut crate::checkpoints::verify_on_disk,
-            );
+            if let Some(c) = node_watch.as_mut() {
+                c.meet(&run_name, cfg.cluster.lost_after.map_or(MEET, |d| d.0));
+            }
+            let mut gate = node_watch.as_ref().and_then(|c| c.part_gate());
+            let mut first = resume::choose(&records, &run_name, None, &mut |c| {
+                if let Some(g) = gate.as_mut() {
+                    g(c)?;
+                }
+                crate::checkpoints::verify_on_disk(c)
+            });
             if let (Some(b), Ok(dir)) = (&bucket, cfg.checkpoint_dir()) {
                 b.fill(&mut first, &ledger, &run_name, &std::path::absolute(&dir)?, None);
             }
+            // What the first launch resumes from, and what it passed over, go in the start record.
+            for s in &first.skipped {
+                tracing::warn!("not resumed from {}: {}", s.path.display(), s.why);
+            }
+            start_extra = vec![
+                ("resume_step", serde_json::json!(first.chosen.as_ref().and_then(|c| c.step))),
+                ("resume_skipped", serde_json::to_value(&first.skipped)?),
+            ];
             let r = resume::Resume {
                 ckpt: first.chosen,
                 diverged_at: None,
@@ -287,9 +305,11 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         disk: Default::default(),
         xids: xids::XidFeed::start(&cfg.gpu.source),
         cluster: node_watch,
+        start_extra,
         feed: crate::ledger::follow::for_readers(
             ledger.path().to_path_buf(),
-            export.is_some() || notify.is_some(),
+            // [cluster]: this node's parts come from the ledger's publish records.
+            export.is_some() || notify.is_some() || cfg.cluster.store.is_some(),
         ),
         export,
         notify,
@@ -388,6 +408,7 @@ impl Watcher<'_> {
         };
         let mut fields = vec![("event", "start".into()), ("mode", mode.into())];
         fields.extend(self.launch_fields());
+        fields.extend(std::mem::take(&mut self.start_extra));
         if self.run.attached() {
             self.sample_ranks();
             fields.extend(self.rank_fields());
@@ -517,6 +538,9 @@ impl Watcher<'_> {
             };
             // After the tick's records, so the file shows what it decided (a breaker, too).
             let new = crate::ledger::follow::this_tick(&mut self.feed);
+            if let Some(c) = self.cluster.as_mut() {
+                c.note(&new, &self.run_name);
+            }
             self.export(&a, &new);
             if let Some(n) = self.notify.as_mut() {
                 // Blind (unknown) is exactly when the dead-man ping must stop.

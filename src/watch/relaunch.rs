@@ -54,12 +54,13 @@ impl Watcher<'_> {
         let w = &self.cfg.watch;
         let records = self.ledger.records()?;
         let before = diverged_at.map(|d| d.saturating_sub(w.rollback_margin_steps));
-        let mut choice = resume::choose(
-            &records,
-            &self.run_name,
-            before,
-            &mut crate::checkpoints::verify_on_disk,
-        );
+        let mut gate = self.cluster.as_ref().and_then(|c| c.part_gate());
+        let mut choice = resume::choose(&records, &self.run_name, before, &mut |c| {
+            if let Some(g) = gate.as_mut() {
+                g(c)?;
+            }
+            crate::checkpoints::verify_on_disk(c)
+        });
         if let (Some(b), Ok(dir)) = (&self.bucket, self.cfg.checkpoint_dir()) {
             b.fill(
                 &mut choice,
@@ -68,6 +69,9 @@ impl Watcher<'_> {
                 &std::path::absolute(&dir)?,
                 before,
             );
+        }
+        for s in &choice.skipped {
+            tracing::warn!("not resumed from {}: {}", s.path.display(), s.why);
         }
         let skipped = serde_json::to_value(&choice.skipped)?;
         if choice.chosen.is_none() && !w.allow_from_scratch {

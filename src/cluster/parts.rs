@@ -1,0 +1,117 @@
+//! Checkpoints written by every node (`[cluster] parts = "every-node"`: a torch DCP directory
+//! of shards from every rank, a file per rank). Each node's record lists the steps of its own
+//! published parts (`roger publish` verified each copy before recording it); a step is
+//! *complete* when every node's record lists it, and only a complete step is resumed from: a
+//! step whose part on one node never landed is passed over, naming the node. Every node reads
+//! the same records, so every node resumes from the same step. Pure over what was read.
+
+use crate::ledger::{Kind, Record};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Steps a node record lists: the newest this many (older ones are long past resuming from).
+pub const KEEP: usize = 64;
+
+/// The steps of `run`'s published checkpoints in `records` (a pruned one no longer counts).
+pub fn note(parts: &mut BTreeSet<u64>, records: &[Record], run: &str) {
+    for r in records.iter().filter(|r| r.run == run) {
+        match (r.kind, r.step) {
+            (Kind::Publish, Some(s)) if r.str_field("sha256").is_some() => {
+                parts.insert(s);
+            }
+            (Kind::Prune, Some(s)) => {
+                parts.remove(&s);
+            }
+            _ => {}
+        }
+    }
+    while parts.len() > KEEP {
+        parts.pop_first();
+    }
+}
+
+/// Why `step` is not complete (None: every other node's part of it is verified). `others`:
+/// each other node's listed steps as its newest record holds them (None: no record, or one
+/// that lists no parts).
+pub fn missing(step: Option<u64>, others: &BTreeMap<u32, Option<Vec<u64>>>) -> Option<String> {
+    let Some(step) = step else {
+        return Some(
+            "its step is unknown, so it cannot be matched with the other nodes' parts".into(),
+        );
+    };
+    let mut why = Vec::new();
+    for (node, parts) in others {
+        match parts {
+            None => why.push(format!(
+                "node {node} lists no parts in the [cluster] store (no record yet)"
+            )),
+            Some(p) if !p.contains(&step) => {
+                let newest: Vec<String> = p.iter().rev().take(4).map(u64::to_string).collect();
+                why.push(format!(
+                    "node {node}'s part is not verified (its newest parts: {})",
+                    if newest.is_empty() {
+                        "none".to_string()
+                    } else {
+                        format!("steps {}", newest.join(", "))
+                    }
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    (!why.is_empty()).then(|| format!("step {step} is not complete: {}", why.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_counts_only_when_every_other_node_lists_it() {
+        let others: BTreeMap<u32, Option<Vec<u64>>> = [
+            (1, Some(vec![5, 10, 15])),
+            (2, Some(vec![5, 10])),
+            (3, None),
+        ]
+        .into_iter()
+        .collect();
+        let why = missing(Some(15), &others).unwrap();
+        assert_eq!(
+            why,
+            "step 15 is not complete: node 2's part is not verified (its newest parts: steps 10, 5); node 3 lists no parts in the [cluster] store (no record yet)"
+        );
+        let two: BTreeMap<u32, Option<Vec<u64>>> =
+            [(1, Some(vec![5, 10, 15])), (2, Some(vec![5, 10]))]
+                .into_iter()
+                .collect();
+        assert_eq!(missing(Some(10), &two), None);
+        assert!(missing(None, &two).unwrap().contains("step is unknown"));
+        assert_eq!(missing(Some(3), &BTreeMap::new()), None, "a one-node job");
+    }
+
+    #[test]
+    fn published_steps_are_parts_and_a_pruned_one_is_not() {
+        use crate::ledger::Entry;
+        let rec = |kind, step: u64, sha: bool| {
+            let e = Entry::new(kind, "publish", "run")
+                .step(Some(step))
+                .field("path", format!("c{step}"));
+            if sha {
+                e.field("sha256", "ab")
+            } else {
+                e
+            }
+        };
+        let records = crate::ledger::test_records(vec![
+            rec(Kind::Publish, 5, true),
+            rec(Kind::Publish, 10, true),
+            rec(Kind::Publish, 15, false),
+            rec(Kind::Prune, 5, false),
+        ]);
+        let mut parts = BTreeSet::new();
+        note(&mut parts, &records, "run");
+        assert_eq!(parts.into_iter().collect::<Vec<_>>(), vec![10]);
+        let mut many: BTreeSet<u64> = (0..100).collect();
+        note(&mut many, &[], "run");
+        assert_eq!((many.len(), many.first()), (KEEP, Some(&36)));
+    }
+}

@@ -1,0 +1,136 @@
+//! Issue 38, point 4: a checkpoint written by every node counts only when every node's part
+//! is verified. Two "nodes" (their own directories, real `roger watch`, one `[cluster]
+//! store`) each publish their part of steps 5, 10 and 15 with the real `roger publish`; node
+//! 1's part of step 15 never lands. The job is then started again (as after a requeue): both
+//! nodes must resume from step 10, the newest complete step, and node 0 must say why it
+//! passed over its own step 15.
+
+use crate::util::Env;
+use crate::watch::{records, roger, wait_child};
+use roger::ledger::Kind;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+/// Steps 1..16; at every 5th, this node's part of a DCP-style checkpoint (its shard, and on
+/// node 0 the coordinator's `.metadata`) written and published; node 1 skips step 15.
+const TRAIN: &str = r#"mkdir -p ckpt; i=0; while [ $i -lt 16 ]; do i=$((i+1)); echo "{\"step\": $i, \"loss\": 1.0}" >> train.jsonl; if [ $((i % 5)) = 0 ] && ! { [ "$K" = 1 ] && [ $i = 15 ]; }; then d=ckpt/node-$K-step-$i; mkdir -p $d; echo "shard of node $K at step $i" > $d/__${K}_0.distcp; [ "$K" = 0 ] && echo "metadata of step $i" > $d/.metadata; "$ROGER_BIN" publish $d --step $i >> publish.log 2>&1 || exit 9; fi; sleep 0.05; done"#;
+
+/// The relaunched job's command: what it was told to resume from.
+const RESUME: &str = r#"echo "{step} {ckpt}" > resumed.txt"#;
+
+fn env_for(root: &Path, k: u32) -> Env {
+    let env = Env::new();
+    env.write(
+        "roger.toml",
+        format!(
+            r#"[run]
+name = "job"
+log = "train.jsonl"
+checkpoint_dir = "published"
+
+[gpu]
+source = "none"
+
+[watch]
+interval = "100ms"
+grace = "5s"
+stale = "120s"
+allow_from_scratch = true
+
+[cluster]
+store = "{}"
+node = {k}
+nodes = 2
+lost_after = "10s"
+parts = "every-node"
+"#,
+            root.join("job").display()
+        ),
+    );
+    env
+}
+
+fn start(env: &Env, k: u32, script: &str) -> Child {
+    let args: Vec<String> = ["watch", "--", "sh", "-c", script]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut c = roger(env, &args);
+    c.env("K", k.to_string()).stdout(Stdio::null()).stderr(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(env.path("watch.err"))
+            .unwrap(),
+    );
+    c.spawn().expect("spawn roger watch")
+}
+
+#[test]
+fn every_node_resumes_from_the_newest_step_whose_every_part_is_verified() {
+    let store = tempfile::tempdir().unwrap();
+    let envs: Vec<Env> = (0..2).map(|k| env_for(store.path(), k)).collect();
+    let story = |envs: &[Env]| {
+        envs.iter()
+            .enumerate()
+            .map(|(k, e)| format!("--- node {k}:\n{}", e.read("watch.err")))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut first: Vec<Child> = (0..2).map(|k| start(&envs[k], k as u32, TRAIN)).collect();
+    for (k, c) in first.iter_mut().enumerate() {
+        let st = wait_child(c, Duration::from_secs(60));
+        assert_eq!(st.code(), Some(0), "node {k}\n{}", story(&envs));
+    }
+    for (k, e) in envs.iter().enumerate() {
+        let published: Vec<u64> = records(e)
+            .iter()
+            .filter(|r| r.kind == Kind::Publish)
+            .filter_map(|r| r.step)
+            .collect();
+        let want: &[u64] = if k == 0 { &[5, 10, 15] } else { &[5, 10] };
+        assert_eq!(published, want, "node {k}: {}", e.read("publish.log"));
+    }
+    // The job starts again (a requeue): both nodes at once.
+    let mut again: Vec<Child> = (0..2).map(|k| start(&envs[k], k as u32, RESUME)).collect();
+    for (k, c) in again.iter_mut().enumerate() {
+        let st = wait_child(c, Duration::from_secs(60));
+        assert_eq!(st.code(), Some(0), "node {k}\n{}", story(&envs));
+    }
+    for (k, e) in envs.iter().enumerate() {
+        let told = e.read("resumed.txt");
+        assert!(
+            told.starts_with("10 ") && told.trim_end().ends_with(&format!("node-{k}-step-10")),
+            "node {k} resumed from: {told}\n{}",
+            story(&envs)
+        );
+        let starts: Vec<_> = records(e)
+            .into_iter()
+            .filter(|r| r.kind == Kind::Watch && r.str_field("event") == Some("start"))
+            .collect();
+        let last = starts.last().unwrap();
+        assert_eq!(last.u64_field("resume_step"), Some(10), "node {k}");
+        let skipped = last
+            .get("resume_skipped")
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone();
+        if k == 0 {
+            // Its own step 15 passed over, naming the node whose part is missing.
+            assert_eq!(skipped.len(), 1, "{skipped:?}");
+            let why = skipped[0]["why"].as_str().unwrap();
+            assert_eq!(
+                why,
+                "step 15 is not complete: node 1's part is not verified (its newest parts: steps 10, 5)"
+            );
+            assert!(
+                e.read("watch.err").contains("not resumed from "),
+                "said on stderr too"
+            );
+        } else {
+            assert!(skipped.is_empty(), "{skipped:?}");
+        }
+    }
+}
