@@ -26,6 +26,8 @@ struct Node {
     watch: Child,
     /// (the barrier's directory, this node's index, the node count) for the trainer.
     sync: (std::path::PathBuf, u32, u32),
+    /// Its store is the test bucket.
+    s3: bool,
 }
 
 /// Node `k` of `n`: its store is `root/job`, its trainers' barrier `root/barrier`.
@@ -35,7 +37,13 @@ fn node(root: &Path, k: u32, n: u32) -> Node {
 
 /// [`node`] with more `[watch]` and `[cluster]` lines.
 fn node_with(root: &Path, k: u32, n: u32, watch: &str, more: &str) -> Node {
-    let store = root.join("job");
+    let store = format!("store = \"{}\"", root.join("job").display());
+    node_at(root, &store, k, n, watch, more, false)
+}
+
+/// Node `k` of `n` with its store given as a `[cluster] store` line (`s3`: the test bucket's
+/// credentials in the watch's environment).
+fn node_at(root: &Path, store: &str, k: u32, n: u32, watch: &str, more: &str, s3: bool) -> Node {
     let env = Env::new();
     env.write(
         "roger.toml",
@@ -54,27 +62,35 @@ grace = "5s"
 stale = "120s"
 {watch}
 [cluster]
-store = "{}"
+{store}
 node = {k}
 nodes = {n}
 lost_after = "{STALE_S}s"
 {more}
-"#,
-            store.display()
+"#
         ),
     );
     let sync = (root.join("barrier"), k, n);
     std::fs::create_dir_all(&sync.0).unwrap();
-    let watch = start_watch(&env, &sync);
-    Node { env, watch, sync }
+    let watch = start_watch(&env, &sync, s3);
+    Node {
+        env,
+        watch,
+        sync,
+        s3,
+    }
 }
 
-fn start_watch(env: &Env, sync: &(std::path::PathBuf, u32, u32)) -> Child {
+fn start_watch(env: &Env, sync: &(std::path::PathBuf, u32, u32), s3: bool) -> Child {
     let args: Vec<String> = ["watch", "--", "sh", "-c", TRAIN]
         .iter()
         .map(|s| s.to_string())
         .collect();
     let mut c = roger(env, &args);
+    if s3 {
+        crate::util::s3::apply_env(&mut c);
+        c.env("ROGER_JOB_ID", "job-1");
+    }
     c.env("SYNC", &sync.0)
         .env("K", sync.1.to_string())
         .env("N", sync.2.to_string());
@@ -273,7 +289,7 @@ fn a_killed_roger_is_named_and_its_restart_is_heard_again() {
         "{reason}"
     );
     // A new watch on node 1 attaches to the live trainer and reports again.
-    nodes[1].watch = start_watch(&nodes[1].env, &nodes[1].sync);
+    nodes[1].watch = start_watch(&nodes[1].env, &nodes[1].sync, nodes[1].s3);
     let recs = wait_for(&nodes[0], "node 0 hearing node 1 again", |r| {
         events(r, "node_back")
             .iter()
@@ -515,6 +531,167 @@ fn a_dead_roger_with_a_live_trainer_stops_nothing_even_with_on_lost_requeue() {
                 .next()
                 .is_none()
     );
+    for n in nodes {
+        stop(n);
+    }
+}
+
+/// Every node has written a record with a few steps to the bucket.
+fn bucket_up(s3: &crate::util::s3::S3Server, n: u32) {
+    let t0 = Instant::now();
+    while (0..n).any(|k| {
+        s3.get("ckpts", &format!("cluster/job-1/nodes/node-{k}.json"))
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["step"].as_u64())
+            .is_none_or(|s| s < 3)
+    }) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "nodes never reported steps to the bucket"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The test bucket as the store: `[cluster] store` under it, `[remote]` its endpoint.
+fn bucket_node(s3: &crate::util::s3::S3Server, root: &Path, k: u32, n: u32, more: &str) -> Node {
+    let more = format!("{more}\n[remote]\nendpoint = \"{}\"", s3.endpoint());
+    node_at(
+        root,
+        "store = \"s3://ckpts/cluster/{job}\"",
+        k,
+        n,
+        "",
+        &more,
+        true,
+    )
+}
+
+#[test]
+fn through_the_bucket_a_lost_machine_is_one_verdict_written_there() {
+    let Some(s3) = crate::util::s3::S3Server::start(
+        "through_the_bucket_a_lost_machine_is_one_verdict_written_there",
+    ) else {
+        return;
+    };
+    s3.create_bucket("ckpts");
+    let root = tempfile::tempdir().unwrap();
+    let nodes: Vec<Node> = (0..3)
+        .map(|k| bucket_node(&s3, root.path(), k, 3, "on_fault = \"requeue\""))
+        .collect();
+    bucket_up(&s3, nodes.len() as u32);
+    let keys = s3.list("ckpts", "cluster/job-1/nodes/");
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    let mut nodes = nodes.into_iter();
+    let (mut n0, mut n1, mut n2) = (
+        nodes.next().unwrap(),
+        nodes.next().unwrap(),
+        nodes.next().unwrap(),
+    );
+    lose_machine(&mut n1);
+    let mut ids = Vec::new();
+    let mut won = 0;
+    for (n, name) in [(&mut n0, "node 0"), (&mut n2, "node 2")] {
+        let st = wait_child(&mut n.watch, Duration::from_secs(60));
+        let recs = records(&n.env);
+        let story = format!("{name}:\n{}", n.env.read("watch.err"));
+        assert_eq!(st.code(), Some(76), "{story}");
+        assert_eq!(lost_of(&recs, 1).len(), 1, "{story}");
+        let v = events(&recs, "cluster_verdict");
+        assert_eq!(v.len(), 1, "{story}");
+        assert_eq!(v[0].u64_field("node"), Some(1), "{story}");
+        ids.push(v[0].str_field("id").unwrap().to_string());
+        won += usize::from(v[0].get("won") == Some(&serde_json::json!(true)));
+        assert!(trainer_gone(n), "{name}'s trainer still runs\n{story}");
+    }
+    assert_eq!(ids[0], ids[1], "one verdict, one id on every node");
+    assert_eq!(won, 1, "exactly one node wrote it");
+    assert_eq!(
+        s3.list("ckpts", "cluster/job-1/verdicts/"),
+        vec![format!("cluster/job-1/verdicts/{}.json", ids[0])]
+    );
+    // `roger status` reads the job's nodes from the bucket too (the run stopped: exit 2).
+    let mut c = n0.env.cmd(&["status", "--json"]);
+    crate::util::s3::apply_env(&mut c);
+    c.env("ROGER_JOB_ID", "job-1");
+    let out = c.output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(json["nodes"][1]["lost"], true, "{json}");
+    assert_eq!(json["nodes"][0]["lost"], false, "{json}");
+    assert_eq!(out.status.code(), Some(2), "{json}");
+}
+
+#[test]
+fn a_bucket_that_stops_answering_names_no_node_and_the_watch_keeps_sampling() {
+    let Some(mut s3) = crate::util::s3::S3Server::start(
+        "a_bucket_that_stops_answering_names_no_node_and_the_watch_keeps_sampling",
+    ) else {
+        return;
+    };
+    s3.create_bucket("ckpts");
+    let root = tempfile::tempdir().unwrap();
+    let nodes: Vec<Node> = (0..2)
+        .map(|k| bucket_node(&s3, root.path(), k, 2, ""))
+        .collect();
+    bucket_up(&s3, nodes.len() as u32);
+    // The bucket stops answering (its server frozen: requests hang, as on a dead network)
+    // for twice the limit, then answers again.
+    // s3.pid() is moto's `timeout` wrapper: moto itself is its child.
+    let wrapper = s3.pid();
+    let children = std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
+        .unwrap_or_default();
+    let moto: i32 = children
+        .split_whitespace()
+        .next()
+        .unwrap_or_else(|| panic!("moto's pid under its wrapper {wrapper}"))
+        .parse()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(moto);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    for n in &nodes {
+        wait_for(n, "the store said down", |r| {
+            !events(r, "cluster_store_down").is_empty()
+        });
+    }
+    std::thread::sleep(Duration::from_secs_f64(STALE_S * 2.0));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert!(s3.running());
+    for n in &nodes {
+        let recs = wait_for(n, "the store said back", |r| {
+            !events(r, "cluster_store_back").is_empty()
+        });
+        let down = events(&recs, "cluster_store_down");
+        assert_eq!(down.len(), 1, "said once per outage: {down:?}");
+        assert!(
+            down[0]
+                .str_field("reason")
+                .unwrap()
+                .contains("s3://ckpts/cluster/job-1/"),
+            "{down:?}"
+        );
+    }
+    std::thread::sleep(Duration::from_secs_f64(STALE_S + 1.0));
+    for n in &nodes {
+        // The watch sampled on through the outage: a request that hangs costs its time
+        // limit (2 s: roger::cluster::CALL_LIMIT), once per sample at most, not the outage.
+        let stamps: Vec<f64> = n
+            .env
+            .read("watch.err")
+            .lines()
+            .filter_map(|l| chrono::DateTime::parse_from_rfc3339(l.split(' ').next()?).ok())
+            .map(|t| t.timestamp_millis() as f64 / 1000.0)
+            .collect();
+        let gap = stamps.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+        eprintln!("longest pause in the watch's samples across the outage: {gap:.1}s");
+        assert!(gap <= 3.0, "the watch stalled {gap:.1}s");
+        let recs = records(&n.env);
+        assert!(
+            events(&recs, "node_lost").is_empty(),
+            "a node named lost across a bucket outage: {:?}",
+            events(&recs, "node_lost")
+        );
+    }
     for n in nodes {
         stop(n);
     }

@@ -130,6 +130,89 @@ impl Store for DirStore {
     }
 }
 
+/// Any store with a time limit on each call: a store that hangs (a bucket whose network is
+/// gone, a hard-mounted NFS share whose server is) costs the watch at most `limit` per call,
+/// never its own sampling. The call runs on its own thread; past the limit it is an error,
+/// and while it still hangs every later call fails at once (one stuck request at a time, no
+/// pile of threads). What it did after its answer was given up on is seen in the store by
+/// the next calls (a verdict written late is listed then).
+pub struct Bounded {
+    inner: std::sync::Arc<dyn Store + Send + Sync>,
+    limit: std::time::Duration,
+    busy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Bounded {
+    pub fn new(inner: Box<dyn Store + Send + Sync>, limit: std::time::Duration) -> Bounded {
+        Bounded {
+            inner: inner.into(),
+            limit,
+            busy: Default::default(),
+        }
+    }
+
+    fn call<T: Send + 'static>(
+        &self,
+        what: String,
+        f: impl FnOnce(&dyn Store) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        use std::sync::atomic::Ordering;
+        let limit = self.limit.as_secs_f64();
+        if self.busy.swap(true, Ordering::AcqRel) {
+            anyhow::bail!(
+                "{}: an earlier request has had no answer for over {limit:.1}s",
+                self.inner.describe()
+            );
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (inner, busy) = (self.inner.clone(), self.busy.clone());
+        let spawned = std::thread::Builder::new()
+            .name("roger-cluster-io".into())
+            .spawn(move || {
+                let r = f(inner.as_ref());
+                busy.store(false, Ordering::Release);
+                let _ = tx.send(r);
+            });
+        if let Err(e) = spawned {
+            self.busy.store(false, Ordering::Release);
+            return Err(e).context("[cluster] store: starting its I/O thread");
+        }
+        match rx.recv_timeout(self.limit) {
+            Ok(r) => r,
+            Err(_) => anyhow::bail!(
+                "{}: no answer {what} within {limit:.1}s",
+                self.inner.describe()
+            ),
+        }
+    }
+}
+
+impl Store for Bounded {
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let (k, b) = (key.to_string(), bytes.to_vec());
+        self.call(format!("writing {key}"), move |s| s.put(&k, &b))
+    }
+
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let k = key.to_string();
+        self.call(format!("reading {key}"), move |s| s.get(&k))
+    }
+
+    fn create(&self, key: &str, bytes: &[u8]) -> Result<bool> {
+        let (k, b) = (key.to_string(), bytes.to_vec());
+        self.call(format!("creating {key}"), move |s| s.create(&k, &b))
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let p = prefix.to_string();
+        self.call(format!("listing {prefix}"), move |s| s.list(&p))
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,5 +250,57 @@ mod tests {
         let never = DirStore::existing(&d.path().join("never"));
         assert!(never.get("nodes/node-0.json").is_err());
         assert!(!d.path().join("never").exists(), "a reader makes nothing");
+    }
+
+    /// A store whose calls hang until told to go on.
+    struct Stuck(std::sync::Arc<std::sync::Mutex<()>>);
+
+    impl Store for Stuck {
+        fn put(&self, _: &str, _: &[u8]) -> Result<()> {
+            let _held = self.0.lock().unwrap();
+            Ok(())
+        }
+        fn get(&self, _: &str) -> Result<Option<Vec<u8>>> {
+            let _held = self.0.lock().unwrap();
+            Ok(Some(b"x".to_vec()))
+        }
+        fn create(&self, _: &str, _: &[u8]) -> Result<bool> {
+            Ok(true)
+        }
+        fn list(&self, _: &str) -> Result<Vec<String>> {
+            Ok(Vec::new())
+        }
+        fn describe(&self) -> String {
+            "stuck".into()
+        }
+    }
+
+    #[test]
+    fn a_store_that_hangs_costs_its_limit_once_and_then_fails_at_once() {
+        let gate = std::sync::Arc::new(std::sync::Mutex::new(()));
+        let held = gate.lock().unwrap();
+        let b = Bounded::new(
+            Box::new(Stuck(gate.clone())),
+            std::time::Duration::from_millis(200),
+        );
+        let t0 = std::time::Instant::now();
+        let e = b.put("nodes/node-0.json", b"r").unwrap_err().to_string();
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(200));
+        assert_eq!(e, "stuck: no answer writing nodes/node-0.json within 0.2s");
+        let t1 = std::time::Instant::now();
+        let e = b.get("nodes/node-1.json").unwrap_err().to_string();
+        assert!(
+            t1.elapsed() < std::time::Duration::from_millis(100),
+            "no second wait"
+        );
+        assert!(e.contains("an earlier request has had no answer"), "{e}");
+        // The store answers again: the stuck call finishes, and calls go through.
+        drop(held);
+        let t2 = std::time::Instant::now();
+        while b.get("k").is_err() {
+            assert!(t2.elapsed() < std::time::Duration::from_secs(5));
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(b.get("k").unwrap(), Some(b"x".to_vec()));
     }
 }

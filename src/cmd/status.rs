@@ -102,11 +102,12 @@ pub struct NodeRow {
 
 /// The job's nodes from `[cluster] store`; an unreadable store is a row-less error line.
 fn node_rows(cfg: &Config, now: DateTime<Utc>) -> Result<Vec<NodeRow>, String> {
-    let Some(root) = &cfg.cluster.store else {
-        return Ok(Vec::new());
+    // status only reads: an unmounted share is said, never made again as an empty directory.
+    let store = match crate::cluster::open_store(cfg, true) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Ok(Vec::new()),
+        Err(e) => return Err(format!("{e:#}")),
     };
-    let root = &crate::cluster::identity::store_path(root, &|k| std::env::var(k).ok())
-        .map_err(|e| format!("{e:#}"))?;
     let id = crate::cluster::identity::resolve(cfg.cluster.node, cfg.cluster.nodes, &|k| {
         std::env::var(k).ok()
     });
@@ -114,11 +115,12 @@ fn node_rows(cfg: &Config, now: DateTime<Utc>) -> Result<Vec<NodeRow>, String> {
         (Ok(id), _) => id.nodes,
         (Err(_), Some(n)) => n,
         // status may run off the job (a login node): the store's own files say how many.
-        (Err(e), None) => std::fs::read_dir(root.join("nodes"))
+        (Err(e), None) => store
+            .list("nodes")
             .map_err(|_| format!("{e:#}"))?
-            .filter_map(|e| {
-                let name = e.ok()?.file_name().into_string().ok()?;
-                name.strip_prefix("node-")?
+            .into_iter()
+            .filter_map(|key| {
+                key.strip_prefix("nodes/node-")?
                     .strip_suffix(".json")?
                     .parse::<u32>()
                     .ok()
@@ -126,15 +128,13 @@ fn node_rows(cfg: &Config, now: DateTime<Utc>) -> Result<Vec<NodeRow>, String> {
             .max()
             .map_or(0, |m| m + 1),
     };
-    // status only reads: an unmounted share is said, never made again as an empty directory.
-    let store = crate::cluster::DirStore::existing(root);
     let limit = cfg
         .cluster
         .lost_after
         .or(cfg.watch.stale)
         .map_or_else(|| stale_after(cfg), |d| d.0.as_secs_f64());
     let now_s = now.timestamp_millis() as f64 / 1000.0;
-    let all = crate::cluster::read_all(&store, nodes).map_err(|e| format!("{e:#}"))?;
+    let all = crate::cluster::read_all(store.as_ref(), nodes).map_err(|e| format!("{e:#}"))?;
     Ok(all
         .into_iter()
         .map(|(node, r)| {

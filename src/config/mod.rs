@@ -228,7 +228,10 @@ impl Config {
             remote: raw.remote,
             cluster: {
                 let mut c = raw.cluster;
-                c.store = resolve(&c.store);
+                // A bucket URL is not a path.
+                if !c.store.as_ref().is_some_and(|s| s.starts_with("s3:")) {
+                    c.store = resolve(&c.store);
+                }
                 c
             },
         })
