@@ -158,6 +158,18 @@ pub struct Live {
     pub goodput: Option<f64>,
     /// Ticks this daemon made (the exporter fills it in).
     pub ticks: u64,
+    /// `[cluster]`: every node of the job as this watch sees it (this node included).
+    pub nodes: Vec<NodeLive>,
+}
+
+/// One node of the job, as this watch last heard it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeLive {
+    pub node: u32,
+    pub step: Option<u64>,
+    /// Seconds since its record last changed (this watch's clock; this node: 0).
+    pub unheard_s: f64,
+    pub lost: bool,
 }
 
 fn status_code(s: &str) -> Option<u8> {
@@ -358,6 +370,43 @@ pub fn format(run: &str, source: &str, facts: &Facts, live: &Live) -> String {
                 "roger_disk_full_in_seconds",
                 &[("role", role), ("path", path)],
                 h * 3600.0,
+            );
+        }
+    }
+    if !live.nodes.is_empty() {
+        let label = |n: &NodeLive| n.node.to_string();
+        o.family(
+            "roger_cluster_node_step",
+            "gauge",
+            "Newest step of each node of the job, from its record.",
+        );
+        for n in &live.nodes {
+            if let Some(s) = n.step {
+                o.sample("roger_cluster_node_step", &[("node", &label(n))], s as f64);
+            }
+        }
+        o.family(
+            "roger_cluster_node_unheard_seconds",
+            "gauge",
+            "Seconds since each node's record last changed, on this node's clock.",
+        );
+        for n in &live.nodes {
+            o.sample(
+                "roger_cluster_node_unheard_seconds",
+                &[("node", &label(n))],
+                n.unheard_s,
+            );
+        }
+        o.family(
+            "roger_cluster_node_lost",
+            "gauge",
+            "1 for a node named lost (unheard for [cluster] lost_after), else 0.",
+        );
+        for n in &live.nodes {
+            o.sample(
+                "roger_cluster_node_lost",
+                &[("node", &label(n))],
+                f64::from(u8::from(n.lost)),
             );
         }
     }

@@ -78,6 +78,7 @@ fn formats_every_metric_with_run_and_source_labels() {
         stale_limit_s: None,
         goodput: Some(0.75),
         ticks: 7,
+        nodes: Vec::new(),
     };
     let text = format("r", "watch", &f, &live);
     for line in [
@@ -217,4 +218,39 @@ fn the_bucket_side_is_exported_when_the_run_has_one() {
         assert!(text.contains(line), "{line} missing in\n{text}");
     }
     assert!(text.contains("roger_remote_verified_age_seconds{"));
+}
+
+#[test]
+fn a_cluster_watch_exports_a_series_per_node() {
+    let f = Facts::default();
+    let node = |node, step, unheard_s, lost| crate::export::NodeLive {
+        node,
+        step,
+        unheard_s,
+        lost,
+    };
+    let live = Live {
+        now: 1000.0,
+        nodes: vec![
+            node(0, Some(120), 0.0, false),
+            node(1, Some(118), 31.5, true),
+            node(2, None, 0.2, false),
+        ],
+        ..Live::default()
+    };
+    let text = format("r", "watch", &f, &live);
+    for line in [
+        "roger_cluster_node_step{run=\"r\",source=\"watch\",node=\"0\"} 120\n",
+        "roger_cluster_node_step{run=\"r\",source=\"watch\",node=\"1\"} 118\n",
+        "roger_cluster_node_unheard_seconds{run=\"r\",source=\"watch\",node=\"1\"} 31.5\n",
+        "roger_cluster_node_lost{run=\"r\",source=\"watch\",node=\"1\"} 1\n",
+        "roger_cluster_node_lost{run=\"r\",source=\"watch\",node=\"2\"} 0\n",
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+    assert!(
+        !text.contains("node=\"2\"} 0\nroger_cluster_node_step"),
+        "no step: no sample"
+    );
+    assert!(!format("r", "watch", &f, &Live::default()).contains("roger_cluster"));
 }

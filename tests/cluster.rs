@@ -199,7 +199,10 @@ fn all_up(nodes: &[Node], root: &Path) {
 #[test]
 fn a_lost_machine_is_named_by_every_other_node_within_the_stale_limit() {
     let store = tempfile::tempdir().unwrap();
-    let nodes: Vec<Node> = (0..3).map(|k| node(store.path(), k, 3)).collect();
+    let export = "[export]\ntextfile = \"roger.prom\"";
+    let nodes: Vec<Node> = (0..3)
+        .map(|k| node_with(store.path(), k, 3, "", export))
+        .collect();
     all_up(&nodes, store.path());
     let mut nodes = nodes.into_iter();
     let (n0, mut n1, n2) = (
@@ -267,6 +270,25 @@ fn a_lost_machine_is_named_by_every_other_node_within_the_stale_limit() {
         serde_json::from_slice(&n0.env.run(&["status", "--json"]).out.stdout).unwrap();
     assert_eq!(json["nodes"][1]["lost"], true, "{json}");
     assert_eq!(json["nodes"][0]["lost"], false, "{json}");
+    // The Prometheus textfile has a series per node: node 1 lost, unheard past the limit.
+    let prom = n0.env.read("roger.prom");
+    let value = |name: &str, node: u32| -> f64 {
+        let head = format!("{name}{{run=\"job\",source=\"watch\",node=\"{node}\"}} ");
+        prom.lines()
+            .find_map(|l| l.strip_prefix(&head)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {head} in\n{prom}"))
+    };
+    assert_eq!(value("roger_cluster_node_lost", 1), 1.0, "{prom}");
+    assert_eq!(value("roger_cluster_node_lost", 2), 0.0, "{prom}");
+    assert!(value("roger_cluster_node_unheard_seconds", 1) >= STALE_S, "{prom}");
+    assert!(value("roger_cluster_node_step", 0) >= 3.0, "{prom}");
+    if let Some(promtool) = crate::export::tool(
+        "promtool",
+        "prometheus",
+        "a_lost_machine_is_named_by_every_other_node_within_the_stale_limit",
+    ) {
+        crate::export::promtool_check_metrics(&promtool, &prom);
+    }
     stop(n0);
     stop(n2);
 }

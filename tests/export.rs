@@ -45,7 +45,7 @@ fn watch_args(env: &Env, cues: &[&str]) -> Vec<String> {
 }
 
 /// A tool from Debian's prometheus packages, or None (through `util::missing`).
-fn tool(name: &str, package: &str, test: &str) -> Option<PathBuf> {
+pub(crate) fn tool(name: &str, package: &str, test: &str) -> Option<PathBuf> {
     for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
         let p = Path::new(dir).join(name);
         if p.exists() {
@@ -75,7 +75,7 @@ fn values(text: &str, name: &str) -> Vec<f64> {
         .collect()
 }
 
-fn promtool_check_metrics(promtool: &Path, text: &str) {
+pub(crate) fn promtool_check_metrics(promtool: &Path, text: &str) {
     let mut c = Command::new(promtool)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

@@ -154,6 +154,30 @@ impl NodeWatch {
         }
     }
 
+    /// Every node as this watch sees it, for the Prometheus textfile.
+    pub fn live(&self, now: f64, own_step: Option<u64>) -> Vec<crate::export::NodeLive> {
+        let lost: Vec<u32> = self.peers.lost().copied().collect();
+        (0..self.id.nodes)
+            .map(|n| {
+                if n == self.id.node {
+                    crate::export::NodeLive {
+                        node: n,
+                        step: own_step,
+                        unheard_s: 0.0,
+                        lost: false,
+                    }
+                } else {
+                    crate::export::NodeLive {
+                        node: n,
+                        step: self.peers.last(n).and_then(|r| r.step),
+                        unheard_s: super::ms(self.peers.unheard(n, now)),
+                        lost: lost.contains(&n),
+                    }
+                }
+            })
+            .collect()
+    }
+
     /// Whether this node's stalled run is the job's to judge (one verdict for every node),
     /// not this watch's alone: with `on_fault` set and the store answering.
     pub fn owns_stall(&self) -> bool {

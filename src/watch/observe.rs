@@ -102,6 +102,10 @@ impl Watcher<'_> {
             stale_limit_s: Some(super::ms(a.limit.seconds)),
             goodput: Some(goodput),
             ticks: 0,
+            nodes: self
+                .cluster
+                .as_ref()
+                .map_or_else(Vec::new, |c| c.live(now, a.last_step)),
         };
         e.tick(&live, new);
     }
