@@ -280,7 +280,10 @@ fn a_lost_machine_is_named_by_every_other_node_within_the_stale_limit() {
     };
     assert_eq!(value("roger_cluster_node_lost", 1), 1.0, "{prom}");
     assert_eq!(value("roger_cluster_node_lost", 2), 0.0, "{prom}");
-    assert!(value("roger_cluster_node_unheard_seconds", 1) >= STALE_S, "{prom}");
+    assert!(
+        value("roger_cluster_node_unheard_seconds", 1) >= STALE_S,
+        "{prom}"
+    );
     assert!(value("roger_cluster_node_step", 0) >= 3.0, "{prom}");
     if let Some(promtool) = crate::export::tool(
         "promtool",

@@ -4,7 +4,8 @@
 //! them rendezvousing on loopback and sharing one `[cluster] store` directory. One rank on
 //! node 1 sleeps forever in its data loader; every other rank then waits in all_reduce.
 //! Every node must name node 1 and the rank with its stack, in one job verdict with one id,
-//! then stop its ranks and exit 76 (`on_fault = "requeue"`).
+//! then stop its ranks and exit 76 (`on_fault = "requeue"`). And with one rank per node, a
+//! rank at half speed is a straggler only among every node's ranks: every node names it.
 
 use crate::ranks::job::{torch_ready, PY};
 use crate::util::Env;
@@ -27,6 +28,19 @@ fn free_port() -> u16 {
 
 /// Node `k` of `n`, with `p` ranks, its store `root/job`.
 fn node(root: &Path, k: u32, n: u32, p: u32, port: u16, knobs: &[(&str, &str)]) -> (Env, Child) {
+    node_with(root, k, n, p, port, knobs, "")
+}
+
+/// [`node`] with more config after `[cluster]` (a section of its own).
+fn node_with(
+    root: &Path,
+    k: u32,
+    n: u32,
+    p: u32,
+    port: u16,
+    knobs: &[(&str, &str)],
+    extra: &str,
+) -> (Env, Child) {
     let env = Env::new();
     let script = std::fs::read(crate::util::repo_root().join("tests/ranks/train_ddp.py")).unwrap();
     env.write("train_ddp.py", script);
@@ -55,6 +69,7 @@ store = "{}"
 node = {k}
 nodes = {n}
 on_fault = "requeue"
+{extra}
 "#,
             root.join("job").display()
         ),
@@ -218,4 +233,54 @@ fn a_hung_rank_on_one_of_three_nodes_is_named_with_its_stack_by_all() {
     }
     // Three nodes of one rank: rank 1 is node 1.
     hung_rank_is_one_verdict(3, 1, 1, 1);
+}
+
+#[test]
+fn a_slow_rank_among_one_rank_nodes_is_a_straggler_named_by_every_node() {
+    if !torch_ready("a_slow_rank_among_one_rank_nodes_is_a_straggler_named_by_every_node") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let knobs = [
+        ("SLOW_RANK", "1"),
+        ("SLOW_SHARE", "0.5"),
+        ("RUN_S", "25"),
+        ("WORK_ITERS", "30"),
+    ];
+    let rule = crate::ranks::job::STRAGGLER_RULE;
+    let mut nodes: Vec<(Env, Child)> = (0..2)
+        .map(|k| node_with(store.path(), k, 2, 1, port, &knobs, rule))
+        .collect();
+    for (k, (env, child)) in nodes.iter_mut().enumerate() {
+        let st = wait_child(child, Duration::from_secs(120));
+        let err = env.read("watch.err");
+        assert_eq!(st.code(), Some(0), "node {k}:\n{err}");
+        let recs = records(env);
+        let verdicts: Vec<&Record> = recs
+            .iter()
+            .filter(|r| r.kind == Kind::Verdict && r.str_field("check") == Some("straggler"))
+            .collect();
+        // One rank per node: no node alone has a straggler; the job's ranks together do.
+        assert!(
+            verdicts.iter().all(|r| r.str_field("scope") == Some("job")),
+            "node {k}: {verdicts:?}"
+        );
+        assert_eq!(verdicts.len(), 1, "node {k}, once:\n{err}");
+        let v = verdicts[0];
+        assert_eq!(
+            (v.u64_field("node"), v.u64_field("rank")),
+            (Some(1), Some(1))
+        );
+        let reason = v.get("checks").unwrap()[0]["reason"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        eprintln!("node {k}: {reason}");
+        assert!(
+            reason.starts_with("node 1's rank 1 is a straggler: its speed was 0.")
+                && reason.contains("(ranks of 2 nodes judged together; said by node"),
+            "{reason}"
+        );
+    }
 }

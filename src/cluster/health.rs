@@ -31,6 +31,22 @@ pub struct NodeRecord {
     /// [`super::parts::KEEP`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parts: Option<Vec<u64>>,
+    /// Its ranks' newest straggler window: what the job-wide straggler rule reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speeds: Option<NodeSpeeds>,
+}
+
+/// A node's ranks' measures over its newest closed window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeSpeeds {
+    /// The window's number on that node, and its end on that node's clock (a new one: a new
+    /// window).
+    pub window: u64,
+    pub end: f64,
+    /// `step_time` (median seconds of its own work per step) or `cpu` (cores).
+    pub source: String,
+    /// Global rank → measure.
+    pub measure: BTreeMap<u32, f64>,
 }
 
 /// A change this watch names, once per incident.
@@ -240,6 +256,7 @@ mod tests {
             silent_s: 0.0,
             stacks: None,
             parts: None,
+            speeds: None,
         }
     }
 

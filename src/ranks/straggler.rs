@@ -86,6 +86,8 @@ pub struct Detector {
     flagged: BTreeSet<u32>,
     /// Some rank has logged step times: the job's speed is judged from them only.
     logs_step_times: bool,
+    /// Windows closed with speeds (each a [`Window`] in `recent`).
+    closed: u64,
 }
 
 impl Detector {
@@ -100,7 +102,41 @@ impl Detector {
             streak: BTreeMap::new(),
             flagged: BTreeSet::new(),
             logs_step_times: false,
+            closed: 0,
         }
+    }
+
+    /// How many windows closed with speeds, and the newest: what a node shares of its ranks.
+    pub fn newest(&self) -> (u64, Option<&Window>) {
+        (self.closed, self.recent.last())
+    }
+
+    /// One window of every rank's measure, gathered from many nodes (`source` as in
+    /// [`Window`]; a step time or a CPU share per rank), judged by the same rule.
+    pub fn judge_measures(
+        &mut self,
+        at: f64,
+        source: &'static str,
+        measure: BTreeMap<u32, f64>,
+    ) -> Vec<Flag> {
+        if measure.len() < 2 {
+            return Vec::new();
+        }
+        let speed: BTreeMap<u32, f64> = measure
+            .iter()
+            .map(|(r, m)| (*r, if source == "step_time" { 1.0 / m } else { *m }))
+            .filter(|(_, s)| s.is_finite() && *s > 0.0)
+            .collect();
+        let Some(med) = median(speed.values().copied().collect()).filter(|m| *m > 0.0) else {
+            return Vec::new();
+        };
+        let round = |v: f64| (v * 1000.0).round() / 1000.0;
+        self.judge(Window {
+            end: round(at),
+            source,
+            relative: speed.iter().map(|(r, s)| (*r, round(s / med))).collect(),
+            measure: measure.into_iter().map(|(r, v)| (r, round(v))).collect(),
+        })
     }
 
     /// A new launch: everything measured so far belongs to the old one.
@@ -142,7 +178,9 @@ impl Detector {
     /// The window's speeds: step times when every rank logged enough, else CPU.
     fn close(&self, at: f64) -> Option<Window> {
         let ranks: Vec<u32> = self.cpu_last.as_ref()?.1.keys().copied().collect();
-        if ranks.len() < 2 {
+        // One rank is judged against nothing here (its relative speed is 1), but its window
+        // is what its node shares with the job's other nodes ([cluster]).
+        if ranks.is_empty() {
             return None;
         }
         let from_steps = ranks.iter().all(|r| {
@@ -174,7 +212,7 @@ impl Detector {
                     .iter()
                     .filter_map(|r| Some((*r, ((last.get(r)? - base.get(r)?) / dt).max(0.0))))
                     .collect();
-                if m.len() < 2 || m.values().any(|v| *v < CPU_WORKING) {
+                if m.is_empty() || m.values().any(|v| *v < CPU_WORKING) {
                     // A rank that does not work at all is waiting (start-up, a collective the
                     // others are late to, a wedge): CPU says nothing about its speed then.
                     return None;
@@ -195,6 +233,7 @@ impl Detector {
     }
 
     fn judge(&mut self, w: Window) -> Vec<Flag> {
+        self.closed += 1;
         self.recent.push(w.clone());
         let keep = self.rule.windows.max(1) as usize;
         if self.recent.len() > keep {

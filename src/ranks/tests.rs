@@ -320,3 +320,34 @@ fn rank_log_lines_give_step_and_step_time() {
     assert_eq!(parse_line(b"not json", "step", "step_time"), None);
     assert_eq!(parse_line(br#"{"step": 4}"#, "step", ""), Some((4, None)));
 }
+
+#[test]
+fn one_ranks_window_is_kept_for_its_node_and_many_nodes_windows_are_judged_together() {
+    // One rank on this node: its window closes (for the job), and names nobody alone.
+    let mut d = Detector::new(rule());
+    for i in 0..=10 {
+        d.step_times(0, &[0.1; 2]);
+        assert!(d.sample(f64::from(i), &obs(&[f64::from(i)])).is_empty());
+    }
+    let (n, w) = d.newest();
+    assert_eq!(n, 1);
+    assert_eq!(w.unwrap().measure, [(0, 0.1)].into_iter().collect());
+    // Two nodes' ranks: rank 1 (the other node) takes twice as long, three windows running.
+    let mut job = Detector::new(rule());
+    let m = |slow: f64| -> std::collections::BTreeMap<u32, f64> {
+        [(0, 0.1), (1, slow)].into_iter().collect()
+    };
+    assert!(job.judge_measures(10.0, "step_time", m(0.2)).is_empty());
+    assert!(job.judge_measures(20.0, "step_time", m(0.2)).is_empty());
+    let f = job.judge_measures(30.0, "step_time", m(0.2));
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!((f[0].rank, f[0].relative.clone()), (1, vec![0.667; 3]));
+    assert!(
+        job.judge_measures(40.0, "step_time", m(0.2)).is_empty(),
+        "once"
+    );
+    // Fewer than two ranks: nothing to judge.
+    assert!(job
+        .judge_measures(50.0, "step_time", [(0, 0.1)].into_iter().collect())
+        .is_empty());
+}

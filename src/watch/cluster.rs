@@ -43,6 +43,9 @@ pub struct NodeWatch {
     /// The steps of this node's published checkpoints (its parts), from its ledger.
     parts: std::collections::BTreeSet<u64>,
     every_node: bool,
+    /// This node's ranks' newest straggler window, and the job-wide rule over every node's.
+    speeds: Option<cluster::health::NodeSpeeds>,
+    job_stragglers: crate::ranks::straggler::Detector,
     /// The verdict files seen (those there at the start are earlier incidents of the job:
     /// counted in its budget, not acted on again).
     seen: std::collections::BTreeSet<String>,
@@ -71,6 +74,8 @@ impl NodeWatch {
                 p
             },
             every_node: cfg.cluster.parts == Parts::EveryNode,
+            speeds: None,
+            job_stragglers: crate::ranks::straggler::Detector::new(cfg.ranks.rule()),
             seen,
             peers: Peers::new(id.node, id.nodes, started_at),
             id,
@@ -135,6 +140,7 @@ impl NodeWatch {
             silent_s: 0.0,
             stacks: None,
             parts: Some(self.parts.iter().copied().collect()),
+            speeds: self.speeds.clone(),
         };
         let bytes = serde_json::to_vec(&rec).expect("a node record serialises");
         if let Err(e) = self.store.put(&cluster::node_key(self.id.node), &bytes) {
@@ -152,6 +158,62 @@ impl NodeWatch {
             }
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
+    }
+
+    /// This node's ranks closed straggler window number `n` (`w`): it goes in this node's
+    /// record, and with every other node's newest window of the same kind it is one window of
+    /// the whole job, judged by the same rule as on one node. Each flag comes back with the
+    /// node its rank is on and how many nodes the window spanned.
+    pub fn local_window(
+        &mut self,
+        n: u64,
+        w: Option<&crate::ranks::straggler::Window>,
+        at: f64,
+    ) -> Vec<(crate::ranks::straggler::Flag, u32, usize)> {
+        let Some(w) = w else {
+            return Vec::new();
+        };
+        if self
+            .speeds
+            .as_ref()
+            .is_some_and(|s| s.window == n && s.end == w.end)
+        {
+            return Vec::new();
+        }
+        self.speeds = Some(cluster::health::NodeSpeeds {
+            window: n,
+            end: w.end,
+            source: w.source.to_string(),
+            measure: w.measure.clone(),
+        });
+        let mut merged = w.measure.clone();
+        let mut node_of: std::collections::BTreeMap<u32, u32> =
+            w.measure.keys().map(|r| (*r, self.id.node)).collect();
+        let mut nodes = 1;
+        for peer in (0..self.id.nodes).filter(|p| *p != self.id.node) {
+            let Some(s) = self.peers.last(peer).and_then(|r| r.speeds.as_ref()) else {
+                continue;
+            };
+            if s.source != w.source || self.peers.lost().any(|l| *l == peer) {
+                continue;
+            }
+            nodes += 1;
+            for (r, m) in &s.measure {
+                merged.insert(*r, *m);
+                node_of.insert(*r, peer);
+            }
+        }
+        if nodes < 2 {
+            return Vec::new();
+        }
+        self.job_stragglers
+            .judge_measures(at, w.source, merged)
+            .into_iter()
+            .filter_map(|f| {
+                let node = *node_of.get(&f.rank)?;
+                Some((f, node, nodes))
+            })
+            .collect()
     }
 
     /// Every node as this watch sees it, for the Prometheus textfile.
@@ -199,6 +261,7 @@ impl NodeWatch {
             silent_s: super::ms(a.silent_s),
             stacks: self.stacks.clone(),
             parts: Some(self.parts.iter().copied().collect()),
+            speeds: self.speeds.clone(),
         };
         let bytes = serde_json::to_vec(&rec).expect("a node record serialises");
         let mut err = self

@@ -163,6 +163,47 @@ impl Watcher<'_> {
         for f in flags {
             self.straggler(&f)?;
         }
+        // [cluster]: this node's window, with every other node's, is one window of the job.
+        if let Some(c) = self.cluster.as_mut() {
+            let (n, w) = self.ranks.detector.newest();
+            let job = c.local_window(n, w, super::unix_now());
+            for (f, node, nodes) in job {
+                self.job_straggler(&f, node, nodes)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A straggler among every node's ranks: the same rule and record as on one node, with
+    /// the node named (every node that sees it says it).
+    fn job_straggler(&mut self, f: &Flag, node: u32, nodes: usize) -> Result<()> {
+        let share = self.cfg.ranks.straggler_share;
+        let me = self.cluster.as_ref().map_or(0, |c| c.id.node);
+        let reason = format!(
+            "node {node}'s {} (ranks of {nodes} nodes judged together; said by node {me})",
+            f.reason(share)
+        );
+        tracing::warn!("{reason}");
+        let check = json!({
+            "check": "straggler",
+            "status": "warn",
+            "observed": {"node": node, "rank": f.rank, "relative": f.relative, "source": f.source},
+            "expected": {"share": share, "windows": self.cfg.ranks.straggler_windows},
+            "reason": reason,
+        });
+        self.record(
+            Kind::Verdict,
+            self.sentinel.last_step(),
+            vec![
+                ("status", "warn".into()),
+                ("check", "straggler".into()),
+                ("scope", "job".into()),
+                ("node", node.into()),
+                ("rank", f.rank.into()),
+                ("checks", json!([check])),
+                ("observation", json!({"windows": f.windows})),
+            ],
+        )?;
         Ok(())
     }
 
