@@ -12,6 +12,7 @@ use crate::util::Env;
 use crate::watch::{records, roger, wait_child};
 use roger::ledger::{Kind, Record};
 use std::path::Path;
+
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
@@ -283,4 +284,115 @@ fn a_slow_rank_among_one_rank_nodes_is_a_straggler_named_by_every_node() {
             "{reason}"
         );
     }
+}
+
+/// The coordinated relaunch (`on_fault = "relaunch"`): two nodes of two ranks sharing one
+/// ledger and checkpoint directory (as an sbatch job's nodes do on a shared filesystem, one
+/// `roger watch --node-local` each); rank 0 publishes every 5 steps; rank 2 (node 1) hangs at
+/// step 13. One verdict, then every node relaunches its ranks from step 10, and the job runs
+/// to its end.
+#[test]
+fn on_a_hang_every_node_relaunches_from_the_same_step() {
+    if !torch_ready("on_a_hang_every_node_relaunches_from_the_same_step") {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let shared = root.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let port = free_port();
+    let script = std::fs::read(crate::util::repo_root().join("tests/ranks/train_ddp.py")).unwrap();
+    let mut nodes: Vec<(Env, Child)> = (0..2u32)
+        .map(|k| {
+            let env = Env::new();
+            env.write("train_ddp.py", &script);
+            env.write(
+                "roger.toml",
+                format!(
+                    r#"[run]
+name = "ddp"
+log = "logs/rank{{rank}}.jsonl"
+checkpoint_dir = "{shared}/published"
+ledger = "{shared}/roger-ledger.jsonl"
+
+[gpu]
+source = "none"
+
+[watch]
+command = ["{PY}", "-m", "torch.distributed.run", "--nnodes=2", "--node_rank={k}", "--nproc_per_node=2", "--redirects", "2", "--tee", "2", "--master_addr=127.0.0.1", "--master_port={port}", "train_ddp.py"]
+interval = "1s"
+grace = "5s"
+stale = "{STALE}s"
+grind_limit = "120s"
+hysteresis = 1
+backoff_initial = "1s"
+evidence_hook = ["py-spy", "dump", "--pid", "{{pid}}"]
+evidence_timeout = "15s"
+
+[cluster]
+store = "{shared}/job"
+node = {k}
+nodes = 2
+on_fault = "relaunch"
+"#,
+                    shared = shared.display()
+                ),
+            );
+            let mut c = roger(&env, &["watch".to_string(), "--node-local".to_string()]);
+            c.env("SLURM_NODEID", k.to_string())
+                .env("STEPS", "24")
+                .env("CKPT_EVERY", "5")
+                .env("HANG_RANK", "2")
+                .env("HANG_AT", "13")
+                .env("WORK_ITERS", "30")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(env.path("watch.err")).unwrap());
+            (env, c.spawn().expect("spawn roger watch"))
+        })
+        .collect();
+    let mut story = String::new();
+    let mut codes = Vec::new();
+    for (k, (env, child)) in nodes.iter_mut().enumerate() {
+        codes.push(wait_child(child, Duration::from_secs(240)).code());
+        story.push_str(&format!("--- node {k}:\n{}\n", env.read("watch.err")));
+    }
+    assert_eq!(
+        codes,
+        vec![Some(0), Some(0)],
+        "the job ran to its end\n{story}"
+    );
+    let recs = roger::ledger::Ledger::new(shared.join("roger-ledger.jsonl"))
+        .records()
+        .unwrap();
+    let verdicts = events(&recs, "cluster_verdict");
+    assert_eq!(verdicts.len(), 2, "one record per node\n{story}");
+    let ids: Vec<&str> = verdicts
+        .iter()
+        .map(|v| v.str_field("id").unwrap())
+        .collect();
+    assert_eq!(ids, vec!["incident-0001"; 2], "one verdict");
+    let by: Vec<u64> = verdicts
+        .iter()
+        .filter_map(|v| v.u64_field("by_node"))
+        .collect();
+    assert_eq!(
+        by.iter()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        2
+    );
+    for v in &verdicts {
+        assert_eq!(v.str_field("then"), Some("relaunch"), "{v:?}");
+        assert_eq!(v.u64_field("node"), Some(1), "{v:?}");
+    }
+    // Every node relaunched from the same step: the newest checkpoint both can see.
+    let relaunches: Vec<&Record> = recs.iter().filter(|r| r.kind == Kind::Relaunch).collect();
+    assert_eq!(relaunches.len(), 2, "{relaunches:?}\n{story}");
+    let steps: Vec<Option<u64>> = relaunches.iter().map(|r| r.step).collect();
+    assert_eq!(steps, vec![Some(10), Some(10)], "{relaunches:?}");
+    let kills = recs
+        .iter()
+        .filter(|r| r.kind == Kind::Kill && r.str_field("reason") == Some("cluster"))
+        .count();
+    assert_eq!(kills, 2, "{story}");
 }

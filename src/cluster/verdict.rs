@@ -53,19 +53,51 @@ pub fn key(id: &str) -> String {
     format!("verdicts/{id}.json")
 }
 
-/// The exit code every node leaves with after acting, and why: the scheduler restarts the
-/// whole job on 76 (`requeue`), and stops it on 75 (`stop`, or the job-wide budget spent).
-pub fn exit_for(action: OnFault, incidents: usize, budget: u32) -> (u8, String) {
+/// What every node does after stopping its run, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Then {
+    /// Exit with this code: 76 for the scheduler to restart the whole job, 75 to stop it.
+    Exit(u8, String),
+    /// Relaunch this node's run (every node does, from the same complete step).
+    Relaunch(String),
+}
+
+impl Then {
+    pub fn words(&self) -> &str {
+        match self {
+            Then::Exit(_, w) | Then::Relaunch(w) => w,
+        }
+    }
+
+    /// The exit code (a relaunch: none).
+    pub fn code(&self) -> Option<u8> {
+        match self {
+            Then::Exit(c, _) => Some(*c),
+            Then::Relaunch(_) => None,
+        }
+    }
+}
+
+/// What every node does on a verdict of `cause`: the job-wide budget is `budget` incidents
+/// (`[watch] max_relaunches`), this one the `incidents`-th.
+pub fn then_for(action: OnFault, cause: &str, incidents: usize, budget: u32) -> Then {
+    let within = incidents <= budget as usize;
+    let spent = || {
+        Then::Exit(
+            exit::DO_NOT_RESTART,
+            format!("do not requeue: the job-wide budget is spent ({incidents} incidents, [watch] max_relaunches = {budget})"),
+        )
+    };
     match action {
-        OnFault::Requeue if incidents <= budget as usize => (
+        OnFault::Relaunch if cause == "hang" && within => Then::Relaunch(format!(
+            "relaunch every node's run from the same step: incident {incidents} of at most {budget} ([watch] max_relaunches, job-wide)"
+        )),
+        OnFault::Requeue | OnFault::Relaunch if within => Then::Exit(
             exit::REQUEUE,
             format!("requeue the job: incident {incidents} of at most {budget} ([watch] max_relaunches, job-wide)"),
         ),
-        OnFault::Requeue => (
-            exit::DO_NOT_RESTART,
-            format!("do not requeue: the job-wide budget is spent ({incidents} incidents, [watch] max_relaunches = {budget})"),
-        ),
-        OnFault::Stop | OnFault::Name => (
+        OnFault::Requeue | OnFault::Relaunch => spent(),
+        OnFault::Stop | OnFault::Name => Then::Exit(
             exit::DO_NOT_RESTART,
             "stop the job ([cluster] on_fault = \"stop\")".into(),
         ),
@@ -95,11 +127,19 @@ mod tests {
         let old = r#"{"id":"node1-lost-1500","cause":"node_lost","node":1,"last_step":3,"by_node":0,"at":1.0,"action":"requeue","reason":"x"}"#;
         let v: JobVerdict = serde_json::from_str(old).unwrap();
         assert_eq!((v.node, v.ranks.len()), (Some(1), 0));
-        assert_eq!(exit_for(OnFault::Requeue, 1, 20).0, exit::REQUEUE);
-        assert_eq!(exit_for(OnFault::Requeue, 20, 20).0, exit::REQUEUE);
-        let (code, why) = exit_for(OnFault::Requeue, 21, 20);
-        assert_eq!(code, exit::DO_NOT_RESTART);
-        assert!(why.contains("budget is spent (21 incidents"), "{why}");
-        assert_eq!(exit_for(OnFault::Stop, 1, 20).0, exit::DO_NOT_RESTART);
+        let code = |a, cause, n| then_for(a, cause, n, 20).code();
+        assert_eq!(code(OnFault::Requeue, "hang", 1), Some(exit::REQUEUE));
+        assert_eq!(code(OnFault::Requeue, "node_lost", 20), Some(exit::REQUEUE));
+        let t = then_for(OnFault::Requeue, "hang", 21, 20);
+        assert_eq!(t.code(), Some(exit::DO_NOT_RESTART));
+        assert!(t.words().contains("budget is spent (21 incidents"), "{t:?}");
+        assert_eq!(code(OnFault::Stop, "hang", 1), Some(exit::DO_NOT_RESTART));
+        // A relaunch for a stall; a lost machine cannot be relaunched here: requeue.
+        assert_eq!(code(OnFault::Relaunch, "hang", 3), None);
+        assert_eq!(code(OnFault::Relaunch, "node_lost", 3), Some(exit::REQUEUE));
+        assert_eq!(
+            code(OnFault::Relaunch, "hang", 21),
+            Some(exit::DO_NOT_RESTART)
+        );
     }
 }

@@ -27,7 +27,9 @@ pub struct ClusterConfig {
     /// `[cluster]`), `requeue` (one job-wide verdict naming the node; every node dumps its
     /// ranks' stacks, stops its run and exits 76 for the scheduler to restart the whole job,
     /// 75 once the job-wide budget, `[watch] max_relaunches` incidents, is spent), or `stop`
-    /// (the same, exit 75). `on_lost`, its first name, is read too.
+    /// (the same, exit 75), or `relaunch` (a stall: every node stops its run and relaunches
+    /// it from the same step, within the job-wide budget; a lost node: as `requeue`).
+    /// `on_lost`, its first name, is read too.
     #[serde(alias = "on_lost")]
     pub on_fault: OnFault,
     /// Who writes a checkpoint: `one` node (DDP: rank 0 saves the whole state), or
@@ -51,4 +53,7 @@ pub enum OnFault {
     Name,
     Requeue,
     Stop,
+    /// A stall: every node relaunches its run from the same step (the newest complete one);
+    /// a lost node: as `requeue` (its machine is gone; the scheduler replaces it).
+    Relaunch,
 }

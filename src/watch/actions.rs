@@ -209,7 +209,7 @@ impl Watcher<'_> {
         )
     }
 
-    fn stop_and_relaunch(
+    pub(super) fn stop_and_relaunch(
         &mut self,
         targets: &[ProcId],
         how: &str,

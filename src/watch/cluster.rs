@@ -216,6 +216,12 @@ impl NodeWatch {
             .collect()
     }
 
+    /// This node's run was relaunched on a job verdict: its stall is over.
+    pub fn relaunched(&mut self) {
+        self.stacks = None;
+        self.wedged = 0;
+    }
+
     /// Every node as this watch sees it, for the Prometheus textfile.
     pub fn live(&self, now: f64, own_step: Option<u64>) -> Vec<crate::export::NodeLive> {
         let lost: Vec<u32> = self.peers.lost().copied().collect();
@@ -510,7 +516,7 @@ impl Watcher<'_> {
         for s in said {
             let (reason, fields) = match &s {
                 Said::Verdict(v, incidents) => {
-                    let (code, then) = verdict::exit_for(v.action, *incidents, budget);
+                    let then = verdict::then_for(v.action, &v.cause, *incidents, budget);
                     let role = match v.node {
                         Some(n) if n == me && v.cause == "hang" => {
                             "; the cause is this node".to_string()
@@ -519,14 +525,16 @@ impl Watcher<'_> {
                         _ => String::new(),
                     };
                     let reason = format!(
-                        "job verdict {} (written by node {}{}): {}{role}; every node stops its run, then {then}",
+                        "job verdict {} (written by node {}{}): {}{role}; every node stops its run, then {}",
                         v.id,
                         v.by_node,
                         if v.by_node == me { ", this one" } else { "" },
-                        v.reason
+                        v.reason,
+                        then.words()
                     );
+                    let code = then.code();
                     if act.is_none() {
-                        act = Some((reason.clone(), code));
+                        act = Some((reason.clone(), then));
                     }
                     (
                         reason,
@@ -541,7 +549,8 @@ impl Watcher<'_> {
                             ("written_by", v.by_node.into()),
                             ("won", (v.by_node == me).into()),
                             ("incidents", (*incidents).into()),
-                            ("code", code.into()),
+                            ("code", json!(code)),
+                            ("then", (if code.is_some() { "exit" } else { "relaunch" }).into()),
                         ],
                     )
                 }
@@ -590,17 +599,28 @@ impl Watcher<'_> {
             fields.push(("by_node", me.into()));
             self.record(Kind::Watch, a.last_step, fields)?;
         }
-        let Some((reason, code)) = act else {
+        let Some((reason, then)) = act else {
             return Ok(Flow::Continue);
         };
-        // Stacks and the kill record first, then the run stopped, then the job's code.
+        // Stacks and the kill record first, then the run stopped, then the job's code (or
+        // this node's relaunch, from the step every node chooses alike).
         let targets = self.run.members(&self.fs);
         self.kill_record("cluster", Evidence::Note(reason.clone()), &targets, None)?;
         if self.opts.dry_run {
             return Ok(Flow::Continue);
         }
-        self.terminate(&targets)?;
-        self.done(code, &reason).map(Flow::Exit)
+        match then {
+            verdict::Then::Exit(code, _) => {
+                self.terminate(&targets)?;
+                self.done(code, &reason).map(Flow::Exit)
+            }
+            verdict::Then::Relaunch(_) => {
+                if let Some(c) = self.cluster.as_mut() {
+                    c.relaunched();
+                }
+                self.stop_and_relaunch(&targets, "cluster", super::policy::Cause::Wedge, None)
+            }
+        }
     }
 }
 
