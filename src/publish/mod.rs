@@ -11,6 +11,7 @@
 
 pub mod chain;
 pub mod copy;
+pub mod dcp;
 pub mod direct;
 pub mod enqueue;
 pub mod failpoint;

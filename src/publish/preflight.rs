@@ -63,6 +63,10 @@ pub fn preflight(req: &Request) -> Result<Preflight> {
         .iter()
         .map(|f| formats::validate(&f.path))
         .collect::<Result<Vec<_>>>()?;
+    // A torch DCP directory: every shard its .metadata names, whole, before a byte is copied.
+    if src.is_dir() {
+        super::dcp::check(&src).context("nothing was published")?;
+    }
     let size: u64 = before.iter().map(|f| f.size).sum();
     let dest_abs = std::path::absolute(&req.dest)
         .with_context(|| format!("destination {}", req.dest.display()))?;

@@ -187,6 +187,7 @@ fn retention_prunes_with_records_and_never_latest() {
     assert!(!ck.join("ckpt-2000.pt").exists());
 }
 mod crash;
+mod dcp;
 mod recover;
 
 #[test]
