@@ -486,6 +486,19 @@ mod tests {
     }
 
     #[test]
+    fn no_cut_or_flipped_byte_makes_it_panic() {
+        let whole = fixture("protocol2.metadata");
+        for n in 0..whole.len() {
+            let _ = storage(&whole[..n]);
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut b = whole.clone();
+                b[n] ^= flip;
+                let _ = storage(&b);
+            }
+        }
+    }
+
+    #[test]
     fn a_missing_or_short_shard_is_named() {
         let d = tempfile::tempdir().unwrap();
         assert_eq!(check(d.path()).unwrap(), None, "no .metadata: not DCP");
