@@ -294,6 +294,7 @@ fn read_records(records: &[LedgerRecord]) {
             latest: None,
             rollback_margin: 10,
             bucket: None,
+            complete: None,
         };
         crate::publish::retention::plan(records, run, Path::new("/ck"), &policy, &guard, &mut ok);
         crate::sentinel::calibrate::prior_gap(records, run);
@@ -351,6 +352,7 @@ pub fn latest_json(scratch: &Path, b: &[u8]) -> bool {
         latest: Some(l.target(scratch)),
         rollback_margin: 10,
         bucket: Some("s3://ckpts/r/".into()),
+        complete: None,
     };
     let mut ok = |_: &Checkpoint| Ok(());
     crate::publish::retention::plan(&[], "r", scratch, &Default::default(), &guard, &mut ok);

@@ -3,7 +3,8 @@
 //! store`) each publish their part of steps 5, 10 and 15 with the real `roger publish`; node
 //! 1's part of step 15 never lands. The job is then started again (as after a requeue): both
 //! nodes must resume from step 10, the newest complete step, and node 0 must say why it
-//! passed over its own step 15.
+//! passed over its own step 15. Retention keeps one checkpoint (`keep_last = 1`): node 0's
+//! part of step 10 must survive its publish of 15, being the job's resume point.
 
 use crate::util::Env;
 use crate::watch::{records, roger, wait_child};
@@ -12,9 +13,9 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-/// Steps 1..16; at every 5th, this node's part of a DCP-style checkpoint (its shard, and on
-/// node 0 the coordinator's `.metadata`) written and published; node 1 skips step 15.
-const TRAIN: &str = r#"mkdir -p ckpt; i=0; while [ $i -lt 16 ]; do i=$((i+1)); echo "{\"step\": $i, \"loss\": 1.0}" >> train.jsonl; if [ $((i % 5)) = 0 ] && ! { [ "$K" = 1 ] && [ $i = 15 ]; }; then d=ckpt/node-$K-step-$i; mkdir -p $d; echo "shard of node $K at step $i" > $d/__${K}_0.distcp; [ "$K" = 0 ] && echo "metadata of step $i" > $d/.metadata; "$ROGER_BIN" publish $d --step $i >> publish.log 2>&1 || exit 9; fi; sleep 0.05; done"#;
+/// Steps 1..16; at every 5th, this node's part of a sharded checkpoint (its shard) written and
+/// published; node 1 skips step 15.
+const TRAIN: &str = r#"mkdir -p ckpt; i=0; while [ $i -lt 16 ]; do i=$((i+1)); echo "{\"step\": $i, \"loss\": 1.0}" >> train.jsonl; if [ $((i % 5)) = 0 ] && ! { [ "$K" = 1 ] && [ $i = 15 ]; }; then d=ckpt/node-$K-step-$i; mkdir -p $d; echo "shard of node $K at step $i" > $d/__${K}_0.distcp; "$ROGER_BIN" publish $d --step $i >> publish.log 2>&1 || exit 9; fi; sleep 0.3; done"#;
 
 /// The relaunched job's command: what it was told to resume from.
 const RESUME: &str = r#"echo "{step} {ckpt}" > resumed.txt"#;
@@ -31,6 +32,9 @@ checkpoint_dir = "published"
 
 [gpu]
 source = "none"
+
+[publish]
+keep_last = 1
 
 [watch]
 interval = "100ms"
@@ -91,6 +95,19 @@ fn every_node_resumes_from_the_newest_step_whose_every_part_is_verified() {
             .collect();
         let want: &[u64] = if k == 0 { &[5, 10, 15] } else { &[5, 10] };
         assert_eq!(published, want, "node {k}: {}", e.read("publish.log"));
+        let pruned: Vec<u64> = records(e)
+            .iter()
+            .filter(|r| r.kind == Kind::Prune)
+            .filter_map(|r| r.step)
+            .collect();
+        // Node 0's publish of 15 keeps 10 (its latest is 15, but 10 is the newest step both
+        // nodes have) and prunes 5. Node 1's last publish (10) prunes 5 only if node 0's part
+        // of 10 was listed by then (else 5 was still the newest complete step).
+        if k == 0 {
+            assert_eq!(pruned, vec![5], "node 0");
+        } else {
+            assert!(pruned.is_empty() || pruned == vec![5], "node 1: {pruned:?}");
+        }
     }
     // The job starts again (a requeue): both nodes at once.
     let mut again: Vec<Child> = (0..2).map(|k| start(&envs[k], k as u32, RESUME)).collect();

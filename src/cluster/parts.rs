@@ -8,6 +8,29 @@
 use crate::ledger::{Kind, Record};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Each other node's listed steps (None: no record), or why they cannot be read.
+pub type Others = Result<BTreeMap<u32, Option<Vec<u64>>>, String>;
+
+/// The other nodes' parts for retention and resume, read now from the job's store: `None`
+/// unless `[cluster] parts = "every-node"`.
+pub fn others_of(cfg: &crate::config::Config) -> Option<Others> {
+    if cfg.cluster.parts != crate::config::cluster::Parts::EveryNode {
+        return None;
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    let read = || -> anyhow::Result<BTreeMap<u32, Option<Vec<u64>>>> {
+        let id = super::identity::resolve(cfg.cluster.node, cfg.cluster.nodes, &env)?;
+        let store = super::open_store(cfg, true)?
+            .ok_or_else(|| anyhow::anyhow!("parts = \"every-node\" needs [cluster] store"))?;
+        Ok(super::read_all(store.as_ref(), id.nodes)?
+            .into_iter()
+            .filter(|(n, _)| *n != id.node)
+            .map(|(n, r)| (n, r.and_then(|r| r.parts)))
+            .collect())
+    };
+    Some(read().map_err(|e| format!("the other nodes' parts cannot be read: {e:#}")))
+}
+
 /// Steps a node record lists: the newest this many (older ones are long past resuming from).
 pub const KEEP: usize = 64;
 

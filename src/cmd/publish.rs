@@ -408,7 +408,7 @@ fn verify(t: &Target, path: Option<&Path>, json: bool) -> Result<u8> {
     // A torch DCP directory: every shard its .metadata names, whole (said before the hash,
     // which would only say "differs").
     let dcp = if target.is_dir() {
-        publish::dcp::check(&target)?
+        publish::dcp::check(&target, publish::dcp::is_part(t.config.as_deref()))?
     } else {
         None
     };

@@ -40,6 +40,7 @@ pub fn guard(cfg: &Config, dir: &Path, abs_dir: &Path) -> Result<Guard> {
         rollback_margin: cfg.watch.rollback_margin_steps,
         // Parsed as the config was read: no error left to meet here.
         bucket: crate::config::remote::Remote::of_config(cfg).map(|r| r.target.url()),
+        complete: crate::cluster::parts::others_of(cfg),
     })
 }
 
@@ -174,6 +175,7 @@ mod tests {
             latest: None,
             rollback_margin: 0,
             bucket: None,
+            complete: None,
         }
     }
 
@@ -262,6 +264,7 @@ mod tests {
             latest: Some(PathBuf::from("/ck/100")),
             rollback_margin: 0,
             bucket: None,
+            complete: None,
         };
         let p = plan(
             &recs,

@@ -65,7 +65,8 @@ pub fn preflight(req: &Request) -> Result<Preflight> {
         .collect::<Result<Vec<_>>>()?;
     // A torch DCP directory: every shard its .metadata names, whole, before a byte is copied.
     if src.is_dir() {
-        super::dcp::check(&src).context("nothing was published")?;
+        super::dcp::check(&src, super::dcp::is_part(req.config.as_deref()))
+            .context("nothing was published")?;
     }
     let size: u64 = before.iter().map(|f| f.size).sum();
     let dest_abs = std::path::absolute(&req.dest)

@@ -747,6 +747,9 @@ fn prune_bucket(
         rollback_margin: job.rollback_margin,
         // The view holds only verified copies: the rule keeps none, but it is stated.
         bucket: Some(remote.target.url()),
+        // The bucket's own retention keeps latest.json's and the last good copy; which step is
+        // complete on every node is judged on the nodes' disks (publish, hygiene), not here.
+        complete: None,
     };
     let plan =
         crate::publish::retention::plan(&view, &job.run, dest, &policy, &guard, &mut |_| Ok(()));

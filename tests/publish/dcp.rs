@@ -21,14 +21,23 @@ fn make(env: &Env, rel: &str) {
 fn a_dcp_directory_is_published_only_whole_and_verified_against_its_metadata() {
     let env = Env::new();
     make(&env, "ckpt/step-10");
-    let out = env.run(&["publish", "ckpt/step-10", "--to", "published"]).expect(0);
+    let out = env
+        .run(&["publish", "ckpt/step-10", "--to", "published"])
+        .expect(0);
     assert!(out.stdout().contains("step 10"), "{}", out.stdout());
     let ok = env
-        .run(&["publish", "--verify", "published/step-10", "--to", "published"])
+        .run(&[
+            "publish",
+            "--verify",
+            "published/step-10",
+            "--to",
+            "published",
+        ])
         .expect(0);
     assert!(
-        ok.stdout()
-            .contains("ok: torch DCP: the 2 files its .metadata names hold all 6 items (16422 bytes)"),
+        ok.stdout().contains(
+            "ok: torch DCP: the 2 files its .metadata names hold all 6 items (16422 bytes)"
+        ),
         "{}",
         ok.stdout()
     );
@@ -53,7 +62,13 @@ fn a_dcp_directory_is_published_only_whole_and_verified_against_its_metadata() {
         .unwrap()
         .set_len(len - 100)
         .unwrap();
-    let cut = env.run(&["publish", "--verify", "published/step-10", "--to", "published"]);
+    let cut = env.run(&[
+        "publish",
+        "--verify",
+        "published/step-10",
+        "--to",
+        "published",
+    ]);
     assert_ne!(cut.code(), 0);
     assert!(
         cut.stderr().contains(&format!(

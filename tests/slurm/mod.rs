@@ -5,6 +5,7 @@
 //! manifest and the processes, never on timings; the times measured are printed.
 
 mod metadata;
+mod multinode;
 
 use crate::util::{self, Env};
 use crate::watch::{alive, event, fake_train, pids, poll_until, records, roger, wait_child};

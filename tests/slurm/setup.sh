@@ -45,10 +45,15 @@ start() {
         chown munge:munge /etc/munge/munge.key 2>/dev/null || true
     fi
     chown munge:munge /run/munge 2>/dev/null || true
+    # One munged for both test clusters (setup2.sh takes the same lock).
+    mkdir -p /run/lock
+    exec 9>/run/lock/roger-test-munged.lock
+    flock 9
     if ! pgrep -x munged >/dev/null; then
         munged --force || skip "munged would not start"
         started="$started munged"
     fi
+    flock -u 9
     cat > "$CONF.new" <<CONF
 $MARK
 ClusterName=rogertest

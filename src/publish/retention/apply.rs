@@ -29,6 +29,12 @@ pub fn after_publish(
         latest: Some(latest.to_path_buf()),
         rollback_margin: req.rollback_margin,
         bucket: req.remote.as_ref().map(|r| r.target.url()),
+        // [cluster] parts: read from the job's store through the run's config, as the watch does.
+        complete: req
+            .config
+            .as_deref()
+            .and_then(|p| crate::config::Config::load(p).ok())
+            .and_then(|cfg| crate::cluster::parts::others_of(&cfg)),
     };
     let mut verifies = |c: &crate::checkpoints::Checkpoint| {
         if c.path == latest && c.sha256 == sha256 {

@@ -10,7 +10,8 @@
 //! fail, the newest checkpoint before its onset (and before onset − `rollback_margin_steps`);
 //! while a critic judges the run, the newest checkpoint it vouched for; anything quarantined;
 //! the checkpoint at (or nearest before) the best eval that a standing overfitting verdict
-//! names (`checkpoints::best::standing`); with a bucket configured, every checkpoint whose bucket copy is not verified. The rules
+//! names (`checkpoints::best::standing`); with a bucket configured, every checkpoint whose bucket copy is not verified;
+//! with `[cluster] parts = "every-node"`, the newest step every node's part of is verified. The rules
 //! live in the planning function, not in its callers, so no caller can forget one.
 
 use crate::checkpoints::{self, Checkpoint};
@@ -43,6 +44,10 @@ pub struct Guard {
     /// The bucket the directory's checkpoints go to (`s3://bucket/prefix/`), when a remote is
     /// configured: a checkpoint stays until its copy there is verified.
     pub bucket: Option<String>,
+    /// `[cluster] parts = "every-node"`: the other nodes' parts as the job's store lists them
+    /// (node → its steps; None: no record), or why they cannot be read. `None`: one node
+    /// writes the checkpoints.
+    pub complete: Option<crate::cluster::parts::Others>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

@@ -34,6 +34,7 @@ pub const RULES: &[Rule] = &[
     best_eval_while_overfitting,
     quarantined,
     bucket_copy_not_verified,
+    newest_complete_step,
 ];
 
 fn kept(path: &Path, why: impl Into<String>) -> Protected {
@@ -269,4 +270,39 @@ pub fn vouched(records: &[Record], run: &str) -> Option<Vouch> {
         bad_since,
         before,
     })
+}
+
+/// `[cluster] parts = "every-node"`: the newest checkpoint here whose step every other node's
+/// record lists (the step the job can resume from); while those records cannot be read,
+/// every one (which is complete cannot be told).
+pub fn newest_complete_step(f: &mut Facts) -> Vec<Protected> {
+    match &f.guard.complete {
+        None => Vec::new(),
+        Some(Err(e)) => f
+            .here
+            .iter()
+            .map(|c| {
+                kept(
+                    &c.path,
+                    format!("[cluster] parts: {e}; which step is complete on every node cannot be told"),
+                )
+            })
+            .collect(),
+        Some(Ok(others)) => f
+            .here
+            .iter()
+            .rev()
+            .find(|c| crate::cluster::parts::missing(c.step, others).is_none())
+            .map(|c| {
+                kept(
+                    &c.path,
+                    format!(
+                        "the newest step every node's part of is verified (step {}; [cluster] parts), the job's resume point",
+                        c.step.map_or("?".into(), |s| s.to_string())
+                    ),
+                )
+            })
+            .into_iter()
+            .collect(),
+    }
 }

@@ -46,6 +46,7 @@ fn the_shared_rule() {
             latest: Some(dir.join(case.latest)),
             rollback_margin: case.margin,
             bucket: case.bucket.map(|_| super::cases::BUCKET.to_string()),
+            complete: None,
         };
         let mut verifies = |c: &Checkpoint| {
             if case.corrupt.iter().any(|n| c.path.ends_with(n)) {
@@ -103,6 +104,7 @@ fn only_a_pass_of_the_run_vouches() {
                 latest: None,
                 rollback_margin: 0,
                 bucket: None,
+                complete: None,
             },
             &mut |_| Ok(()),
         );
@@ -149,6 +151,7 @@ fn spared_names_what_the_policy_alone_would_have_removed() {
         latest: Some(PathBuf::from("/ck/ckpt-300")),
         rollback_margin: 0,
         bucket: None,
+        complete: None,
     };
     let p = plan(
         &records,
@@ -328,6 +331,7 @@ fn the_best_eval_checkpoint_of_a_standing_overfitting_verdict_is_kept() {
                 latest: Some(PathBuf::from("/ck/ckpt-400")),
                 rollback_margin: 0,
                 bucket: None,
+                complete: None,
             },
             &mut |_| Ok(()),
         );
@@ -356,4 +360,59 @@ fn the_best_eval_checkpoint_of_a_standing_overfitting_verdict_is_kept() {
         cleared,
     ]);
     assert!(pruned.contains(&Some(200)), "released: {pruned:?}");
+}
+
+/// `[cluster] parts = "every-node"`: the newest step every node has is kept even when newer
+/// parts of this node (not complete yet) fill `keep_last`; unreadable records keep them all.
+#[test]
+fn the_newest_step_complete_on_every_node_is_kept() {
+    let records = crate::ledger::test_records(vec![ckpt(5), ckpt(10), ckpt(15), ckpt(20)]);
+    let policy = PublishConfig {
+        keep_last: 1,
+        ..Default::default()
+    };
+    let plan_with = |complete| {
+        plan(
+            &records,
+            "r",
+            Path::new("/ck"),
+            &policy,
+            &Guard {
+                latest: Some(PathBuf::from("/ck/ckpt-20")),
+                rollback_margin: 0,
+                bucket: None,
+                complete,
+            },
+            &mut |_| Ok(()),
+        )
+    };
+    let gone = |p: &Plan| -> Vec<String> {
+        p.candidates
+            .iter()
+            .map(|c| c.checkpoint.path.display().to_string())
+            .collect()
+    };
+    // Node 1 has parts of 5 and 10 only: 10 is the job's resume point.
+    let others: crate::cluster::parts::Others =
+        Ok([(1, Some(vec![5, 10])), (2, Some(vec![5, 10, 15]))]
+            .into_iter()
+            .collect());
+    let p = plan_with(Some(others));
+    assert_eq!(gone(&p), vec!["/ck/ckpt-5", "/ck/ckpt-15"]);
+    assert!(p
+        .protected
+        .iter()
+        .any(|k| k.path == Path::new("/ck/ckpt-10")
+            && k.why
+                .starts_with("the newest step every node's part of is verified (step 10")));
+    // Without the rule (one node writes the checkpoints): 10 would go too.
+    assert_eq!(
+        gone(&plan_with(None)),
+        vec!["/ck/ckpt-5", "/ck/ckpt-10", "/ck/ckpt-15"]
+    );
+    // The store cannot be read: nothing goes.
+    let p = plan_with(Some(Err(
+        "the other nodes' parts cannot be read: gone".into()
+    )));
+    assert!(gone(&p).is_empty(), "{:?}", gone(&p));
 }
