@@ -42,6 +42,9 @@ use std::ffi::OsString;
 
 /// The whole command; returns the exit code (see `exit`).
 pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
+    // Retention reads the other nodes' parts through the cluster store (publish cannot call
+    // cluster itself: the store may be the bucket, whose client depends on publish).
+    publish::retention::read_parts_with(cluster::parts::others_of);
     let args: Vec<OsString> = args.into_iter().collect();
     let (cli, role) = match cli::parse(&args) {
         Ok(parsed) => parsed,

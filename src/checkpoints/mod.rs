@@ -11,6 +11,7 @@
 
 pub mod best;
 pub mod bucket;
+pub mod complete;
 
 use crate::ledger::{Kind, Record};
 use serde::Serialize;

@@ -34,7 +34,7 @@ pub fn after_publish(
             .config
             .as_deref()
             .and_then(|p| crate::config::Config::load(p).ok())
-            .and_then(|cfg| crate::cluster::parts::others_of(&cfg)),
+            .and_then(|cfg| super::parts_of(&cfg)),
     };
     let mut verifies = |c: &crate::checkpoints::Checkpoint| {
         if c.path == latest && c.sha256 == sha256 {

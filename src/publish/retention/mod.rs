@@ -47,7 +47,34 @@ pub struct Guard {
     /// `[cluster] parts = "every-node"`: the other nodes' parts as the job's store lists them
     /// (node → its steps; None: no record), or why they cannot be read. `None`: one node
     /// writes the checkpoints.
-    pub complete: Option<crate::cluster::parts::Others>,
+    pub complete: Option<crate::checkpoints::complete::Others>,
+}
+
+/// How retention learns the other nodes' parts (`[cluster] parts`) for a run's config: read
+/// from the job's store by `crate::cluster`, which publish cannot call itself (the store may
+/// be the bucket, whose client depends on publish). The binary registers it at start-up;
+/// unregistered (a library caller), no part is known and the rule keeps every part.
+static PARTS: std::sync::OnceLock<
+    fn(&crate::config::Config) -> Option<crate::checkpoints::complete::Others>,
+> = std::sync::OnceLock::new();
+
+pub fn read_parts_with(
+    f: fn(&crate::config::Config) -> Option<crate::checkpoints::complete::Others>,
+) {
+    let _ = PARTS.set(f);
+}
+
+/// The other nodes' parts for `cfg` (None: one node writes the checkpoints).
+pub fn parts_of(cfg: &crate::config::Config) -> Option<crate::checkpoints::complete::Others> {
+    if cfg.cluster.parts != crate::config::cluster::Parts::EveryNode {
+        return None;
+    }
+    match PARTS.get() {
+        Some(f) => f(cfg),
+        None => Some(Err(
+            "no reader of the [cluster] store in this process".into()
+        )),
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

@@ -292,7 +292,7 @@ pub fn newest_complete_step(f: &mut Facts) -> Vec<Protected> {
             .here
             .iter()
             .rev()
-            .find(|c| crate::cluster::parts::missing(c.step, others).is_none())
+            .find(|c| crate::checkpoints::complete::missing(c.step, others).is_none())
             .map(|c| {
                 kept(
                     &c.path,

@@ -393,7 +393,7 @@ fn the_newest_step_complete_on_every_node_is_kept() {
             .collect()
     };
     // Node 1 has parts of 5 and 10 only: 10 is the job's resume point.
-    let others: crate::cluster::parts::Others =
+    let others: crate::checkpoints::complete::Others =
         Ok([(1, Some(vec![5, 10])), (2, Some(vec![5, 10, 15]))]
             .into_iter()
             .collect());
