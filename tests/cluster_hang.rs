@@ -8,6 +8,7 @@
 //! rank at half speed is a straggler only among every node's ranks: every node names it.
 
 use crate::ranks::job::{torch_ready, PY};
+use crate::util::s3::free_port;
 use crate::util::Env;
 use crate::watch::{records, roger, wait_child};
 use roger::ledger::{Kind, Record};
@@ -18,14 +19,6 @@ use std::time::Duration;
 
 /// The stale limit; the sampling interval is 1 s.
 const STALE: f64 = 10.0;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Node `k` of `n`, with `p` ranks, its store `root/job`.
 fn node(root: &Path, k: u32, n: u32, p: u32, port: u16, knobs: &[(&str, &str)]) -> (Env, Child) {

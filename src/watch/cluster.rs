@@ -128,22 +128,7 @@ impl NodeWatch {
         if !self.every_node || self.parts.is_empty() {
             return;
         }
-        let rec = NodeRecord {
-            node: self.id.node,
-            nodes: self.id.nodes,
-            run: run.to_string(),
-            seq: 0,
-            at: super::unix_now(),
-            started_at: self.started_at,
-            state: "starting".into(),
-            step: None,
-            silent_s: 0.0,
-            stacks: None,
-            parts: Some(self.parts.iter().copied().collect()),
-            speeds: self.speeds.clone(),
-        };
-        let bytes = serde_json::to_vec(&rec).expect("a node record serialises");
-        if let Err(e) = self.store.put(&cluster::node_key(self.id.node), &bytes) {
+        if let Err(e) = self.put_record(run, 0, super::unix_now(), "starting", None, 0.0) {
             tracing::warn!("[cluster] store {}: {e:#}", self.store.describe());
             return;
         }
@@ -252,27 +237,58 @@ impl NodeWatch {
         self.on_fault != OnFault::Name && self.down.is_none()
     }
 
-    /// One sample: write, read, judge. What changed comes back for the watch to record.
-    fn tick(&mut self, run: &str, a: &Assessment, now: f64) -> Vec<Said> {
-        self.seq += 1;
+    /// This node's record as it stands (its stacks, parts and speeds), written to the store.
+    fn put_record(
+        &self,
+        run: &str,
+        seq: u64,
+        at: f64,
+        state: &str,
+        step: Option<u64>,
+        silent_s: f64,
+    ) -> Result<()> {
         let rec = NodeRecord {
             node: self.id.node,
             nodes: self.id.nodes,
             run: run.to_string(),
-            seq: self.seq,
-            at: now,
+            seq,
+            at,
             started_at: self.started_at,
-            state: a.state.name().to_string(),
-            step: a.last_step,
-            silent_s: super::ms(a.silent_s),
+            state: state.to_string(),
+            step,
+            silent_s,
             stacks: self.stacks.clone(),
             parts: Some(self.parts.iter().copied().collect()),
             speeds: self.speeds.clone(),
         };
         let bytes = serde_json::to_vec(&rec).expect("a node record serialises");
+        self.store.put(&cluster::node_key(self.id.node), &bytes)
+    }
+
+    /// What a resume candidate must pass: its own bytes (`verify_on_disk`) and, with
+    /// `parts = "every-node"` on this node's watch, every other node's part of its step.
+    pub fn resume_check(c: Option<&NodeWatch>) -> impl FnMut(&Checkpoint) -> Result<(), String> {
+        let mut gate = c.and_then(|c| c.part_gate());
+        move |ck: &Checkpoint| {
+            if let Some(g) = gate.as_mut() {
+                g(ck)?;
+            }
+            crate::checkpoints::verify_on_disk(ck)
+        }
+    }
+
+    /// One sample: write, read, judge. What changed comes back for the watch to record.
+    fn tick(&mut self, run: &str, a: &Assessment, now: f64) -> Vec<Said> {
+        self.seq += 1;
         let mut err = self
-            .store
-            .put(&cluster::node_key(self.id.node), &bytes)
+            .put_record(
+                run,
+                self.seq,
+                now,
+                a.state.name(),
+                a.last_step,
+                super::ms(a.silent_s),
+            )
             .err()
             .map(|e| format!("{e:#}"));
         // A store that failed the write is not asked again this sample (a bucket that does

@@ -227,13 +227,8 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
             if let Some(c) = node_watch.as_mut() {
                 c.meet(&run_name, cfg.cluster.lost_after.map_or(MEET, |d| d.0));
             }
-            let mut gate = node_watch.as_ref().and_then(|c| c.part_gate());
-            let mut first = resume::choose(&records, &run_name, None, &mut |c| {
-                if let Some(g) = gate.as_mut() {
-                    g(c)?;
-                }
-                crate::checkpoints::verify_on_disk(c)
-            });
+            let mut check = cluster::NodeWatch::resume_check(node_watch.as_ref());
+            let mut first = resume::choose(&records, &run_name, None, &mut check);
             if let (Some(b), Ok(dir)) = (&bucket, cfg.checkpoint_dir()) {
                 b.fill(&mut first, &ledger, &run_name, &std::path::absolute(&dir)?, None);
             }

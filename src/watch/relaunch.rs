@@ -54,13 +54,8 @@ impl Watcher<'_> {
         let w = &self.cfg.watch;
         let records = self.ledger.records()?;
         let before = diverged_at.map(|d| d.saturating_sub(w.rollback_margin_steps));
-        let mut gate = self.cluster.as_ref().and_then(|c| c.part_gate());
-        let mut choice = resume::choose(&records, &self.run_name, before, &mut |c| {
-            if let Some(g) = gate.as_mut() {
-                g(c)?;
-            }
-            crate::checkpoints::verify_on_disk(c)
-        });
+        let mut check = super::cluster::NodeWatch::resume_check(self.cluster.as_ref());
+        let mut choice = resume::choose(&records, &self.run_name, before, &mut check);
         if let (Some(b), Ok(dir)) = (&self.bucket, self.cfg.checkpoint_dir()) {
             b.fill(
                 &mut choice,
