@@ -4,7 +4,9 @@
 //! 1's part of step 15 never lands. The job is then started again (as after a requeue): both
 //! nodes must resume from step 10, the newest complete step, and node 0 must say why it
 //! passed over its own step 15. Retention keeps one checkpoint (`keep_last = 1`): node 0's
-//! part of step 10 must survive its publish of 15, being the job's resume point.
+//! part of step 10 must survive its publish of 15, being the job's resume point. The job's
+//! latest.json in the store names step 10, then 20 once both nodes publish it, each commit
+//! won by one node and recorded by both; step 15 is never committed.
 
 use crate::util::Env;
 use crate::watch::{records, roger, wait_child};
@@ -17,8 +19,9 @@ use std::time::Duration;
 /// published; node 1 skips step 15.
 const TRAIN: &str = r#"mkdir -p ckpt; i=0; while [ $i -lt 16 ]; do i=$((i+1)); echo "{\"step\": $i, \"loss\": 1.0}" >> train.jsonl; if [ $((i % 5)) = 0 ] && ! { [ "$K" = 1 ] && [ $i = 15 ]; }; then d=ckpt/node-$K-step-$i; mkdir -p $d; echo "shard of node $K at step $i" > $d/__${K}_0.distcp; "$ROGER_BIN" publish $d --step $i >> publish.log 2>&1 || exit 9; fi; sleep 0.3; done"#;
 
-/// The relaunched job's command: what it was told to resume from.
-const RESUME: &str = r#"echo "{step} {ckpt}" > resumed.txt"#;
+/// The relaunched job's command: what it was told to resume from; then both nodes' parts of
+/// step 20, and time for the watches to see them complete.
+const RESUME: &str = r#"echo "{step} {ckpt}" > resumed.txt; d=ckpt/node-$K-step-20; mkdir -p $d; echo "shard of node $K at step 20" > $d/__${K}_0.distcp; "$ROGER_BIN" publish $d --step 20 >> publish.log 2>&1 || exit 9; sleep 3"#;
 
 fn env_for(root: &Path, k: u32) -> Env {
     let env = Env::new();
@@ -150,4 +153,59 @@ fn every_node_resumes_from_the_newest_step_whose_every_part_is_verified() {
             assert!(skipped.is_empty(), "{skipped:?}");
         }
     }
+    // The job's latest.json: step 20, each node's part of it as its publish record says.
+    let latest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(store.path().join("job/latest.json")).unwrap())
+            .unwrap();
+    assert_eq!(latest["step"], 20, "{latest}\n{}", story(&envs));
+    for (k, e) in envs.iter().enumerate() {
+        let publish = records(e)
+            .into_iter()
+            .rfind(|r| r.kind == Kind::Publish && r.step == Some(20))
+            .unwrap();
+        let part = &latest["parts"][k.to_string()];
+        assert_eq!(part["name"], format!("node-{k}-step-20"), "{latest}");
+        assert_eq!(
+            part["sha256"].as_str(),
+            publish.str_field("sha256"),
+            "{latest}"
+        );
+    }
+    let commits: Vec<String> = std::fs::read_dir(store.path().join("job/commits"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(
+        !commits.iter().any(|c| c.contains("15")),
+        "step 15 is never complete: {commits:?}"
+    );
+    // Each commit recorded by both nodes, won by exactly one.
+    for step in [10u64, 20] {
+        let seen: Vec<bool> = envs
+            .iter()
+            .map(|e| {
+                let r: Vec<_> = records(e)
+                    .into_iter()
+                    .filter(|r| {
+                        r.str_field("event") == Some("checkpoint_complete")
+                            && r.u64_field("complete_step") == Some(step)
+                    })
+                    .collect();
+                assert_eq!(r.len(), 1, "step {step}\n{}", story(&envs));
+                r[0].get("won").and_then(|w| w.as_bool()).unwrap()
+            })
+            .collect();
+        assert_eq!(
+            seen.iter().filter(|w| **w).count(),
+            1,
+            "step {step}: {seen:?}"
+        );
+    }
+    assert!(
+        envs[1]
+            .read("watch.err")
+            .contains("step 20 is complete: every node's part is verified (node 0: node-0-step-20"),
+        "{}",
+        story(&envs)
+    );
 }

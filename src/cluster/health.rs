@@ -31,6 +31,10 @@ pub struct NodeRecord {
     /// [`super::parts::KEEP`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parts: Option<Vec<u64>>,
+    /// The newest [`super::parts::NAMED`] of them by file: what the job's latest.json and
+    /// `roger status` name as each node's part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part_files: Option<BTreeMap<u64, super::commit::PartRef>>,
     /// Its ranks' newest straggler window: what the job-wide straggler rule reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speeds: Option<NodeSpeeds>,
@@ -256,6 +260,7 @@ mod tests {
             silent_s: 0.0,
             stacks: None,
             parts: None,
+            part_files: None,
             speeds: None,
         }
     }

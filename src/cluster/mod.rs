@@ -6,6 +6,7 @@
 //! decisions are pure over the records read; the store sits behind one small trait.
 
 pub mod bucket;
+pub mod commit;
 pub mod hang;
 pub mod health;
 pub mod identity;

@@ -5,8 +5,9 @@
 //! step whose part on one node never landed is passed over, naming the node. Every node reads
 //! the same records, so every node resumes from the same step. Pure over what was read.
 
+use super::commit::PartRef;
 use crate::ledger::{Kind, Record};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 pub use crate::checkpoints::complete::{missing, Others};
 
@@ -33,12 +34,34 @@ pub fn others_of(cfg: &crate::config::Config) -> Option<Others> {
 /// Steps a node record lists: the newest this many (older ones are long past resuming from).
 pub const KEEP: usize = 64;
 
-/// The steps of `run`'s published checkpoints in `records` (a pruned one no longer counts).
-pub fn note(parts: &mut BTreeSet<u64>, records: &[Record], run: &str) {
+/// Parts a node record names by file (the newest this many; older steps are listed by step).
+pub const NAMED: usize = 4;
+
+/// `run`'s published checkpoints in `records`, by step (a pruned one no longer counts): the
+/// part's name, hash and size, as its publish record says.
+pub fn note(parts: &mut BTreeMap<u64, PartRef>, records: &[Record], run: &str) {
     for r in records.iter().filter(|r| r.run == run) {
         match (r.kind, r.step) {
-            (Kind::Publish, Some(s)) if r.str_field("sha256").is_some() => {
-                parts.insert(s);
+            (Kind::Publish, Some(s)) => {
+                let Some(sha) = r.str_field("sha256") else {
+                    continue;
+                };
+                let name = r
+                    .str_field("path")
+                    .map(|p| {
+                        std::path::Path::new(p)
+                            .file_name()
+                            .map_or_else(|| p.to_string(), |n| n.to_string_lossy().to_string())
+                    })
+                    .unwrap_or_default();
+                parts.insert(
+                    s,
+                    PartRef {
+                        name,
+                        sha256: sha.to_string(),
+                        size: r.get("size").and_then(|v| v.as_u64()).unwrap_or(0),
+                    },
+                );
             }
             (Kind::Prune, Some(s)) => {
                 parts.remove(&s);
@@ -97,11 +120,24 @@ mod tests {
             rec(Kind::Publish, 15, false),
             rec(Kind::Prune, 5, false),
         ]);
-        let mut parts = BTreeSet::new();
+        let mut parts = BTreeMap::new();
         note(&mut parts, &records, "run");
-        assert_eq!(parts.into_iter().collect::<Vec<_>>(), vec![10]);
-        let mut many: BTreeSet<u64> = (0..100).collect();
+        assert_eq!(parts.keys().copied().collect::<Vec<_>>(), vec![10]);
+        assert_eq!(
+            parts[&10],
+            PartRef {
+                name: "c10".into(),
+                sha256: "ab".into(),
+                size: 0
+            }
+        );
+        let p = |s: u64| PartRef {
+            name: s.to_string(),
+            sha256: String::new(),
+            size: 0,
+        };
+        let mut many: BTreeMap<u64, PartRef> = (0..100).map(|s| (s, p(s))).collect();
         note(&mut many, &[], "run");
-        assert_eq!((many.len(), many.first()), (KEEP, Some(&36)));
+        assert_eq!((many.len(), many.keys().next()), (KEEP, Some(&36)));
     }
 }

@@ -43,6 +43,10 @@ pub struct Job {
     /// `[watch] rollback_margin_steps`, for retention in the bucket.
     #[serde(default)]
     pub rollback_margin: u64,
+    /// The run's config, which retention in the bucket reads `[cluster] parts` through (the
+    /// newest step complete on every node is kept there too).
+    #[serde(default)]
+    pub config: Option<PathBuf>,
     /// Multipart uploads started and not yet completed or aborted: (key, upload id).
     #[serde(default)]
     pub open: Vec<(String, String)>,
@@ -89,6 +93,15 @@ pub fn pending(dest: &Path) -> Result<Vec<Job>> {
     Ok(out)
 }
 
+/// What retention in the bucket keeps besides `[remote] keep_last`, from the run's config.
+#[derive(Debug, Clone, Default)]
+pub struct Keep {
+    /// `[watch] rollback_margin_steps`.
+    pub rollback_margin: u64,
+    /// The run's config (for `[cluster] parts`).
+    pub config: Option<PathBuf>,
+}
+
 /// Queue a published checkpoint for the bucket; the record first says it is queued.
 #[allow(clippy::too_many_arguments)]
 pub fn enqueue(
@@ -100,7 +113,7 @@ pub fn enqueue(
     sha256: &str,
     size: u64,
     step: Option<u64>,
-    rollback_margin: u64,
+    keep: &Keep,
 ) -> Result<Job> {
     let name = path
         .strip_prefix(dest)
@@ -125,7 +138,13 @@ pub fn enqueue(
         size,
         step,
         published_at: now.to_rfc3339(),
-        rollback_margin,
+        rollback_margin: keep.rollback_margin,
+        // The uploader may run from another directory.
+        config: keep
+            .config
+            .as_deref()
+            .map(std::path::absolute)
+            .transpose()?,
         open: Vec::new(),
     };
     fsx::create_dirs_durably(&dir(dest))?;
@@ -160,7 +179,11 @@ pub fn after_publish(
     };
     let ledger = Ledger::new(&req.ledger);
     let dest = &out.dir;
-    catch_up(dest, r, &ledger, &req.run, req.rollback_margin)?;
+    let keep = Keep {
+        rollback_margin: req.rollback_margin,
+        config: req.config.clone(),
+    };
+    catch_up(dest, r, &ledger, &req.run, &keep)?;
     if !queued_or_sent(&ledger.records()?, &req.run, &out.path) {
         enqueue(
             dest,
@@ -171,7 +194,7 @@ pub fn after_publish(
             &out.sha256,
             out.size,
             out.step,
-            req.rollback_margin,
+            &keep,
         )
         .with_context(|| {
             format!(
@@ -215,7 +238,7 @@ pub fn catch_up(
     remote: &Remote,
     ledger: &Ledger,
     run: &str,
-    rollback_margin: u64,
+    keep: &Keep,
 ) -> Result<usize> {
     let records = ledger.records()?;
     let dest_abs = std::fs::canonicalize(dest).unwrap_or_else(|_| dest.to_path_buf());
@@ -231,15 +254,7 @@ pub fn catch_up(
             continue;
         }
         enqueue(
-            dest,
-            remote,
-            ledger,
-            run,
-            &c.path,
-            &c.sha256,
-            c.size,
-            c.step,
-            rollback_margin,
+            dest, remote, ledger, run, &c.path, &c.sha256, c.size, c.step, keep,
         )?;
         n += 1;
     }
@@ -747,9 +762,13 @@ fn prune_bucket(
         rollback_margin: job.rollback_margin,
         // The view holds only verified copies: the rule keeps none, but it is stated.
         bucket: Some(remote.target.url()),
-        // The bucket's own retention keeps latest.json's and the last good copy; which step is
-        // complete on every node is judged on the nodes' disks (publish, hygiene), not here.
-        complete: None,
+        // [cluster] parts: this node's copy of the newest step complete on every node stays,
+        // read from the job's store through the run's config as the local retention does.
+        complete: job
+            .config
+            .as_deref()
+            .and_then(|p| crate::config::Config::load(p).ok())
+            .and_then(|cfg| crate::publish::retention::parts_of(&cfg)),
     };
     let plan =
         crate::publish::retention::plan(&view, &job.run, dest, &policy, &guard, &mut |_| Ok(()));
@@ -838,7 +857,7 @@ mod tests {
             &sha,
             size as u64,
             Some(10),
-            0,
+            &Keep::default(),
         )
         .unwrap();
         (dest, ledger, remote)
@@ -927,7 +946,18 @@ mod tests {
                     chrono::Utc::now(),
                 )
                 .unwrap();
-            enqueue(&dest, &remote, &ledger, "r", &p, &sha, 14, Some(step), 0).unwrap();
+            enqueue(
+                &dest,
+                &remote,
+                &ledger,
+                "r",
+                &p,
+                &sha,
+                14,
+                Some(step),
+                &Keep::default(),
+            )
+            .unwrap();
         }
         // A killed uploader's open multipart upload, recorded in the first job.
         let mut jobs = pending(&dest).unwrap();
@@ -961,6 +991,101 @@ mod tests {
             .clone();
         assert!(std::fs::read(ledger.path()).unwrap().starts_with(&mirrored));
         assert!(crate::ledger::scan_bytes(&mirrored).first_break().is_none());
+    }
+
+    /// `[cluster] parts = "every-node"`: the bucket keeps this node's copy of the newest step
+    /// every node's part of is verified (node 1 lists 10 only), though keep_last = 1.
+    #[test]
+    fn the_bucket_keeps_the_newest_complete_step() {
+        std::env::set_var("ROGER_UPLOAD_BACKOFF_MS", "1");
+        crate::publish::retention::read_parts_with(crate::cluster::parts::others_of);
+        let d = tempfile::tempdir().unwrap();
+        let dest = d.path().join("ckpt");
+        std::fs::create_dir_all(&dest).unwrap();
+        let store = d.path().join("job");
+        let cfg = d.path().join("roger.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[run]\nname = \"r\"\n[cluster]\nstore = \"{}\"\nnode = 0\nnodes = 2\nparts = \"every-node\"\n",
+                store.display()
+            ),
+        )
+        .unwrap();
+        let peer = crate::cluster::NodeRecord {
+            node: 1,
+            nodes: 2,
+            run: "r".into(),
+            seq: 1,
+            at: 1.0,
+            started_at: 1.0,
+            state: "working".into(),
+            step: Some(30),
+            silent_s: 0.0,
+            stacks: None,
+            parts: Some(vec![10]),
+            part_files: None,
+            speeds: None,
+        };
+        crate::cluster::Store::put(
+            &crate::cluster::DirStore::open(&store).unwrap(),
+            &crate::cluster::node_key(1),
+            &serde_json::to_vec(&peer).unwrap(),
+        )
+        .unwrap();
+        let ledger = Ledger::new(d.path().join("roger-ledger.jsonl"));
+        let remote = Remote {
+            target: Target::parse("s3://bkt/run").unwrap(),
+            cfg: RemoteConfig {
+                keep_last: 1,
+                ..Default::default()
+            },
+        };
+        let keep = Keep {
+            rollback_margin: 0,
+            config: Some(cfg),
+        };
+        for step in [10u64, 20, 30] {
+            let p = dest.join(format!("ckpt-{step}.pt"));
+            std::fs::write(&p, format!("weights at {step}")).unwrap();
+            let sha = crate::digest::hash_file(&p).unwrap().0;
+            ledger
+                .append(
+                    Entry::new(Kind::Publish, "publish", "r")
+                        .step(Some(step))
+                        .field("path", p.display().to_string())
+                        .field("sha256", &sha)
+                        .field("size", 14),
+                    chrono::Utc::now(),
+                )
+                .unwrap();
+            enqueue(
+                &dest,
+                &remote,
+                &ledger,
+                "r",
+                &p,
+                &sha,
+                14,
+                Some(step),
+                &keep,
+            )
+            .unwrap();
+        }
+        let mem = Arc::new(Memory::default());
+        let m2 = mem.clone();
+        let got = drain(&dest, &move |_| Ok(Box::new(m2.clone()) as Box<dyn Store>)).unwrap();
+        assert_eq!(got.verified, 3);
+        let keys: Vec<String> = mem.objects.lock().unwrap().keys().cloned().collect();
+        assert!(
+            keys.contains(&"run/checkpoints/ckpt-10.pt".to_string()),
+            "the job's resume point: {keys:?}"
+        );
+        assert!(keys.contains(&"run/checkpoints/ckpt-30.pt".to_string()));
+        assert!(
+            !keys.contains(&"run/checkpoints/ckpt-20.pt".to_string()),
+            "{keys:?}"
+        );
     }
 }
 

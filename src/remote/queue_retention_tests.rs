@@ -73,6 +73,7 @@ fn bucket_retention_runs_the_shared_table() {
             step: None,
             published_at: latest.published_at.clone(),
             rollback_margin: case.margin,
+            config: None,
             open: Vec::new(),
         };
         prune_bucket(&dir, &mem, &remote, &ledger, &job).unwrap();

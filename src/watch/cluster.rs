@@ -40,9 +40,11 @@ pub struct NodeWatch {
     pub stacks: Option<NodeStacks>,
     /// Samples this node's run has been past its stale limit (a wedge) without a verdict.
     wedged: u32,
-    /// The steps of this node's published checkpoints (its parts), from its ledger.
-    parts: std::collections::BTreeSet<u64>,
+    /// This node's published checkpoints (its parts) by step, from its ledger.
+    parts: std::collections::BTreeMap<u64, cluster::commit::PartRef>,
     every_node: bool,
+    /// The newest step this watch knows committed to the job's latest.json.
+    committed: Option<u64>,
     /// This node's ranks' newest straggler window, and the job-wide rule over every node's.
     speeds: Option<cluster::health::NodeSpeeds>,
     job_stragglers: crate::ranks::straggler::Detector,
@@ -63,6 +65,11 @@ impl NodeWatch {
         let started_at = unix_now();
         let store = cluster::open_store(cfg, false)?.expect("[cluster] store is set");
         let seen = store.list("verdicts")?.into_iter().collect();
+        // Unreadable now: the first complete step seen commits (a commit is idempotent).
+        let committed = (cfg.cluster.parts == Parts::EveryNode)
+            .then(|| cluster::commit::read(store.as_ref()).ok().flatten())
+            .flatten()
+            .map(|l| l.step);
         Ok(Some(NodeWatch {
             store,
             on_fault: cfg.cluster.on_fault,
@@ -74,6 +81,7 @@ impl NodeWatch {
                 p
             },
             every_node: cfg.cluster.parts == Parts::EveryNode,
+            committed,
             speeds: None,
             job_stragglers: crate::ranks::straggler::Detector::new(cfg.ranks.rule()),
             seen,
@@ -258,7 +266,15 @@ impl NodeWatch {
             step,
             silent_s,
             stacks: self.stacks.clone(),
-            parts: Some(self.parts.iter().copied().collect()),
+            parts: Some(self.parts.keys().copied().collect()),
+            part_files: Some(
+                self.parts
+                    .iter()
+                    .rev()
+                    .take(cluster::parts::NAMED)
+                    .map(|(s, p)| (*s, p.clone()))
+                    .collect(),
+            ),
             speeds: self.speeds.clone(),
         };
         let bytes = serde_json::to_vec(&rec).expect("a node record serialises");
@@ -291,14 +307,17 @@ impl NodeWatch {
             )
             .err()
             .map(|e| format!("{e:#}"));
+        let mut complete = None;
         // A store that failed the write is not asked again this sample (a bucket that does
         // not answer costs one request's limit, not one per key).
         if err.is_none() {
             match cluster::read_all(self.store.as_ref(), self.id.nodes) {
-                Ok(all) => all
-                    .into_iter()
-                    .filter_map(|(_, r)| r)
-                    .for_each(|r| self.peers.read(r, now)),
+                Ok(all) => {
+                    complete = self.newly_complete(&all, now);
+                    all.into_iter()
+                        .filter_map(|(_, r)| r)
+                        .for_each(|r| self.peers.read(r, now))
+                }
                 Err(e) => {
                     err.get_or_insert(format!("{e:#}"));
                 }
@@ -319,6 +338,15 @@ impl NodeWatch {
             }
             (None, false) => {}
         }
+        if let (Some(c), None) = (complete, &self.down) {
+            match self.commit(c) {
+                Ok(said) => out.extend(said),
+                Err(e) => {
+                    out.push(Said::StoreDown(e.clone()));
+                    self.down = Some(e);
+                }
+            }
+        }
         if self.down.is_none() {
             let limit = self.lost_after.unwrap_or(a.limit.seconds);
             out.extend(self.peers.judge(now, limit).into_iter().map(Said::Node));
@@ -333,6 +361,74 @@ impl NodeWatch {
             }
         }
         out
+    }
+
+    /// With `parts = "every-node"`: the job's newest complete step by every node's record as
+    /// read now (this node's own parts from its ledger), when newer than the newest this
+    /// watch knows committed, with each node's part of it.
+    fn newly_complete(
+        &self,
+        all: &[(u32, Option<NodeRecord>)],
+        now: f64,
+    ) -> Option<cluster::commit::JobLatest> {
+        if !self.every_node {
+            return None;
+        }
+        let lists: std::collections::BTreeMap<u32, Option<Vec<u64>>> = all
+            .iter()
+            .map(|(n, r)| {
+                if *n == self.id.node {
+                    (*n, Some(self.parts.keys().copied().collect()))
+                } else {
+                    (*n, r.as_ref().and_then(|r| r.parts.clone()))
+                }
+            })
+            .collect();
+        let step = cluster::commit::newest_complete(&lists)?;
+        if self.committed.is_some_and(|c| c >= step) {
+            return None;
+        }
+        let parts = all
+            .iter()
+            .map(|(n, r)| {
+                let part = if *n == self.id.node {
+                    self.parts.get(&step).cloned()
+                } else {
+                    r.as_ref()
+                        .and_then(|r| r.part_files.as_ref()?.get(&step).cloned())
+                };
+                (*n, part)
+            })
+            .collect();
+        Some(cluster::commit::JobLatest {
+            step,
+            parts,
+            committed_by: self.id.node,
+            at: now,
+        })
+    }
+
+    /// Commit a newly complete step to the job's latest.json; this node's parts of older
+    /// steps since the last commit that never became complete are said, naming the nodes.
+    fn commit(&mut self, ours: cluster::commit::JobLatest) -> Result<Vec<Said>, String> {
+        let c =
+            cluster::commit::commit(self.store.as_ref(), &ours).map_err(|e| format!("{e:#}"))?;
+        let others: std::collections::BTreeMap<u32, Option<Vec<u64>>> = (0..self.id.nodes)
+            .filter(|n| *n != self.id.node)
+            .map(|n| (n, self.peers.last(n).and_then(|r| r.parts.clone())))
+            .collect();
+        let mut out: Vec<Said> = cluster::commit::passed_over(
+            self.parts.keys().copied(),
+            self.committed,
+            ours.step,
+            &others,
+        )
+        .into_iter()
+        .map(|(s, why)| Said::PassedOver(s, why))
+        .collect();
+        self.committed = Some(c.latest.step.max(ours.step));
+        out.push(Said::Complete(c));
+        Ok(out)
     }
 
     /// Read the verdicts this watch has not seen: each is said, and acted on. With none new,
@@ -510,6 +606,11 @@ enum Said {
     /// A verdict file that does not parse.
     Unreadable(String),
     StoreBack(String),
+    /// A step complete on every node, committed to the job's latest.json.
+    Complete(cluster::commit::Committed),
+    /// This node's part of a step older than a newly complete one that never became
+    /// complete, and why.
+    PassedOver(u64, String),
 }
 
 impl Watcher<'_> {
@@ -603,6 +704,53 @@ impl Watcher<'_> {
                 Said::Unreadable(e) => (
                     format!("[cluster] store {store}: {e}; not acted on"),
                     vec![("event", "cluster_verdict_unreadable".into()), ("error", e.clone().into())],
+                ),
+                Said::Complete(c) => {
+                    let parts: Vec<String> = c
+                        .ours
+                        .parts
+                        .iter()
+                        .map(|(n, p)| match p {
+                            Some(p) => format!(
+                                "node {n}: {} (sha256 {}…)",
+                                p.name,
+                                &p.sha256[..p.sha256.len().min(12)]
+                            ),
+                            None => format!("node {n}: listed"),
+                        })
+                        .collect();
+                    let by = if c.won {
+                        "this node".to_string()
+                    } else {
+                        format!("node {}", c.ours.committed_by)
+                    };
+                    let newer = if c.latest.step != c.ours.step {
+                        format!("; latest.json names the newer step {}", c.latest.step)
+                    } else {
+                        "; the job's latest.json in the store names it".to_string()
+                    };
+                    (
+                        format!(
+                            "step {} is complete: every node's part is verified ({}); committed by {by}{newer}",
+                            c.ours.step,
+                            parts.join(", ")
+                        ),
+                        vec![
+                            ("event", "checkpoint_complete".into()),
+                            ("complete_step", c.ours.step.into()),
+                            ("parts", json!(c.ours.parts)),
+                            ("committed_by", c.ours.committed_by.into()),
+                            ("won", c.won.into()),
+                            ("latest_step", c.latest.step.into()),
+                        ],
+                    )
+                }
+                Said::PassedOver(step, why) => (
+                    format!("{why}; passed over: the job's latest.json moved past it"),
+                    vec![
+                        ("event", "part_missing".into()),
+                        ("part_step", (*step).into()),
+                    ],
                 ),
                 Said::StoreBack(e) => (
                     format!("[cluster] store {store} answers again (it had failed: {e})"),

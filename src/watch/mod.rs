@@ -154,7 +154,10 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
                 &b.remote,
                 &ledger,
                 &cfg.run.name,
-                cfg.watch.rollback_margin_steps,
+                &crate::remote::queue::Keep {
+                    rollback_margin: cfg.watch.rollback_margin_steps,
+                    config: Some(cfg.path.clone()),
+                },
             ) {
                 eprintln!(
                     "roger: warning: queueing for {}: {e:#}",
