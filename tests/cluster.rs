@@ -472,6 +472,49 @@ fn a_lost_node_is_one_job_verdict_and_every_waiting_node_stops_for_a_requeue() {
     }
     assert_eq!(ids[0], ids[1], "one verdict, one id on every node");
     assert_eq!(won, 1, "exactly one node wrote it");
+    // In the morning: status and report show the job, one row per node, and the incident
+    // with the node that caused it.
+    let st = n0.env.run(&["status"]);
+    let screen = String::from_utf8_lossy(&st.out.stdout).into_owned();
+    let incident = screen
+        .lines()
+        .find(|l| l.starts_with("incident "))
+        .unwrap_or_else(|| panic!("no incident line:\n{screen}"));
+    assert!(
+        incident.contains(&format!("{} node 1 lost", ids[0]))
+            && incident.contains("every node: requeue"),
+        "{screen}"
+    );
+    let text = n0.env.run(&["report", "--text"]);
+    let digest = String::from_utf8_lossy(&text.out.stdout).into_owned();
+    assert!(
+        digest.contains("job: 3 nodes, 1 LOST") && digest.contains("incidents 1"),
+        "{digest}"
+    );
+    for k in [0, 2] {
+        assert!(
+            digest
+                .lines()
+                .any(|l| l.starts_with(&format!("  node {k}: ")) && !l.ends_with("LOST")),
+            "node {k}: {digest}"
+        );
+    }
+    assert!(
+        digest
+            .lines()
+            .any(|l| l.starts_with("  node 1: ") && l.ends_with(", LOST")),
+        "{digest}"
+    );
+    assert!(
+        digest.contains(&format!("newest incident: {} node 1 lost", ids[0])),
+        "{digest}"
+    );
+    n0.env.run(&["report", "--out", "page.html"]);
+    let page = n0.env.read("page.html");
+    assert!(
+        page.contains("<section id=\"nodes\">") && page.contains(&ids[0]),
+        "no nodes section or incident in the page"
+    );
 }
 
 #[test]

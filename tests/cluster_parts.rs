@@ -201,6 +201,20 @@ fn every_node_resumes_from_the_newest_step_whose_every_part_is_verified() {
             "step {step}: {seen:?}"
         );
     }
+    // `roger status`: each node's part of the complete step, and the step itself.
+    let st = envs[0].run(&["status"]);
+    let screen = String::from_utf8_lossy(&st.out.stdout).into_owned();
+    for k in 0..2 {
+        assert!(
+            screen.lines().any(|l| l.starts_with(&format!("node {k} "))
+                && l.contains(&format!("part step 20: node-{k}-step-20"))),
+            "{screen}"
+        );
+    }
+    assert!(
+        screen.contains("complete    step 20: every node's part verified"),
+        "{screen}"
+    );
     assert!(
         envs[1]
             .read("watch.err")

@@ -13,6 +13,7 @@ pub mod identity;
 pub mod parts;
 pub mod store;
 pub mod verdict;
+pub mod view;
 
 pub use hang::{NodeStacks, RankStack};
 pub use health::{Change, NodeRecord, Own, Peers};

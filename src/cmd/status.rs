@@ -22,10 +22,6 @@ pub const WIDTH: usize = 80;
 pub const HEIGHT: usize = 23;
 /// Checks of the last verdict shown, worst first.
 const CHECKS_SHOWN: usize = 6;
-/// Roger is "stale" after this many of its own intervals without a record.
-const STALE_INTERVALS: f64 = 3.0;
-/// ... and never before this.
-const STALE_MIN_S: f64 = 600.0;
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -83,72 +79,20 @@ pub struct Glance<'a> {
     /// `[cluster]`: every node's newest record in the job's store.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeRow>,
+    /// `[cluster]`: the job's newest complete step (its latest.json) and newest incident.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub complete: Option<crate::cluster::commit::JobLatest>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incident: Option<crate::cluster::JobVerdict>,
     pub exit_code: u8,
 }
 
-/// One node of the job as its record in the store says (node index only).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct NodeRow {
-    pub node: u32,
-    /// `None`: the node never wrote one.
-    pub state: Option<String>,
-    pub step: Option<u64>,
-    /// Seconds since it wrote its record (by its clock against this one's).
-    pub age_s: Option<f64>,
-    /// Unheard for longer than the limit (`[cluster] lost_after`, else `[watch] stale`, else
-    /// roger's own silence limit).
-    pub lost: bool,
-}
+pub use crate::cluster::view::NodeRow;
 
-/// The job's nodes from `[cluster] store`; an unreadable store is a row-less error line.
-fn node_rows(cfg: &Config, now: DateTime<Utc>) -> Result<Vec<NodeRow>, String> {
-    // status only reads: an unmounted share is said, never made again as an empty directory.
-    let store = match crate::cluster::open_store(cfg, true) {
-        Ok(Some(s)) => s,
-        Ok(None) => return Ok(Vec::new()),
-        Err(e) => return Err(format!("{e:#}")),
-    };
-    let id = crate::cluster::identity::resolve(cfg.cluster.node, cfg.cluster.nodes, &|k| {
-        std::env::var(k).ok()
-    });
-    let nodes = match (&id, cfg.cluster.nodes) {
-        (Ok(id), _) => id.nodes,
-        (Err(_), Some(n)) => n,
-        // status may run off the job (a login node): the store's own files say how many.
-        (Err(e), None) => store
-            .list("nodes")
-            .map_err(|_| format!("{e:#}"))?
-            .into_iter()
-            .filter_map(|key| {
-                key.strip_prefix("nodes/node-")?
-                    .strip_suffix(".json")?
-                    .parse::<u32>()
-                    .ok()
-            })
-            .max()
-            .map_or(0, |m| m + 1),
-    };
-    let limit = cfg
-        .cluster
-        .lost_after
-        .or(cfg.watch.stale)
-        .map_or_else(|| stale_after(cfg), |d| d.0.as_secs_f64());
+/// The job from `[cluster] store` (empty without one); an unreadable store is an error line.
+fn job_view(cfg: &Config, now: DateTime<Utc>) -> Result<crate::cluster::view::JobView, String> {
     let now_s = now.timestamp_millis() as f64 / 1000.0;
-    let all = crate::cluster::read_all(store.as_ref(), nodes).map_err(|e| format!("{e:#}"))?;
-    Ok(all
-        .into_iter()
-        .map(|(node, r)| {
-            let age = r.as_ref().map(|r| now_s - r.at);
-            NodeRow {
-                node,
-                state: r.as_ref().map(|r| r.state.clone()),
-                step: r.as_ref().and_then(|r| r.step),
-                age_s: age.map(|a| (a * 10.0).round() / 10.0),
-                // As the watches judge: unheard for the limit or longer.
-                lost: age.is_none_or(|a| a >= limit),
-            }
-        })
-        .collect())
+    crate::cluster::view::of_config(cfg, now_s, stale_after(cfg)).unwrap_or(Ok(Default::default()))
 }
 
 /// The last verdict's checks, worst first (the order verdicts are stored in is not promised).
@@ -188,15 +132,7 @@ pub fn checks_of(records: &[Record], run: &str) -> Vec<CheckLine> {
     out
 }
 
-/// How long roger may stay silent: a few of its own intervals (watch or critic daemon).
-pub fn stale_after(cfg: &Config) -> f64 {
-    let every = cfg
-        .critic
-        .interval
-        .as_secs_f64()
-        .max(cfg.watch.interval.as_secs_f64());
-    (every * STALE_INTERVALS).max(STALE_MIN_S)
-}
+pub use crate::report::stale_after;
 
 pub fn glance<'a>(night: &'a Night, checks: Vec<CheckLine>, stale_after_s: f64) -> Glance<'a> {
     let h = &night.headline;
@@ -217,6 +153,8 @@ pub fn glance<'a>(night: &'a Night, checks: Vec<CheckLine>, stale_after_s: f64) 
         roger_stale,
         roger_stale_after_s: stale_after_s,
         nodes: Vec::new(),
+        complete: None,
+        incident: None,
         exit_code,
     }
 }
@@ -370,9 +308,25 @@ pub fn screen(g: &Glance, colour: bool) -> String {
         } else {
             ""
         };
+        let part = n
+            .part
+            .as_ref()
+            .map_or(String::new(), |p| format!(", part {p}"));
         lines.push(fit(&format!(
-            "{:<12}{what}{flag}",
+            "{:<12}{what}{part}{flag}",
             format!("node {}", n.node)
+        )));
+    }
+    if let Some(c) = &g.complete {
+        lines.push(fit(&format!(
+            "complete    step {}: every node's part verified (the job's latest.json, by node {})",
+            c.step, c.committed_by
+        )));
+    }
+    if let Some(v) = &g.incident {
+        lines.push(fit(&format!(
+            "incident    {}",
+            crate::cluster::view::incident_words(v)
         )));
     }
     for a in &h.also {
@@ -407,8 +361,15 @@ pub fn run(global: &Global, args: StatusArgs) -> Result<u8> {
         let records = Ledger::new(&loaded.ledger).records().unwrap_or_default();
         let checks = checks_of(&records, &cfg.run.name);
         let mut g = glance(&loaded.night, checks, stale_after(&cfg));
-        match node_rows(&cfg, now) {
-            Ok(rows) => g.nodes = rows,
+        match job_view(&cfg, now) {
+            Ok(v) => {
+                g.nodes = v.nodes;
+                g.complete = v.complete;
+                g.incident = v.incidents.into_iter().last();
+                for p in v.problems {
+                    eprintln!("roger: [cluster] store: {p}");
+                }
+            }
             Err(e) => eprintln!("roger: [cluster] store: {e}"),
         }
         if g.nodes.iter().any(|n| n.lost) && g.exit_code < crate::exit::WARN {

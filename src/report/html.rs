@@ -61,6 +61,7 @@ pub fn page(n: &Night, dir: Option<&Path>) -> String {
                         }
                     }
                     section id="incidents" { (incidents(n, dir)) }
+                    @if let Some(j) = &n.job { section id="nodes" { (nodes(j)) } }
                     section id="goodput" { (goodput(&n.goodput)) }
                     section id="checkpoints" { (checkpoints(n)) }
                     section id="critic" { (critic(n)) }
@@ -193,6 +194,53 @@ fn incidents(n: &Night, dir: Option<&Path>) -> Markup {
             }
             @if n.incidents.len() > INCIDENT_ROWS { p.note { "and " (n.incidents.len() - INCIDENT_ROWS) " more (roger report --json)" } }
         }
+    }
+}
+
+/// The job (`[cluster]`): one row per node, its newest complete step, its incidents with the
+/// node each names.
+fn nodes(j: &crate::cluster::view::JobView) -> Markup {
+    html! {
+        h2 { "Nodes" small { " " (j.nodes.len()) } }
+        p.note {
+            @match &j.complete {
+                Some(c) => { "Newest complete step: " b { (c.step) } " (every node's part verified; the job's latest.json, committed by node " (c.committed_by) ")." }
+                None => { "No step is complete on every node yet." }
+            }
+        }
+        table.nodes {
+            thead { tr { th { "node" } th { "state" } th { "step" } th { "last heard" } th { "its part" } } }
+            tbody {
+                @for r in &j.nodes {
+                    tr class=(if r.lost { "lost" } else { "" }) {
+                        td.n { (r.node) }
+                        td { (r.state.as_deref().unwrap_or("never reported")) @if r.lost { " " b { "LOST" } } }
+                        td.n { (r.step.map_or("—".into(), |s| s.to_string())) }
+                        td.n { (r.age_s.map_or("—".into(), |a| format!("{} ago", human_duration(a.max(0.0))))) }
+                        td { (r.part.as_deref().unwrap_or("—")) }
+                    }
+                }
+            }
+        }
+        @if !j.incidents.is_empty() {
+            h2 { "Job incidents" small { " " (j.incidents.len()) } }
+            table.incidents {
+                thead { tr { th { "id" } th { "cause" } th { "node" } th { "step" } th { "every node" } th { "why" } } }
+                tbody {
+                    @for v in &j.incidents {
+                        tr {
+                            td { (v.id) }
+                            td { (v.cause) }
+                            td.n { (v.node.map_or("—".into(), |n| n.to_string())) @if !v.ranks.is_empty() { br; small { "rank " (v.ranks.iter().map(u32::to_string).collect::<Vec<_>>().join(",")) } } }
+                            td.n { (v.last_step.map_or("—".into(), |s| s.to_string())) }
+                            td { (serde_json::to_value(v.action).ok().and_then(|a| a.as_str().map(String::from)).unwrap_or_default()) }
+                            td { small { (v.reason) } }
+                        }
+                    }
+                }
+            }
+        }
+        @for p in &j.problems { p.note { "Unreadable: " (p) } }
     }
 }
 

@@ -92,6 +92,20 @@ pub fn load(cfg: &Config, opts: &Options, now: DateTime<Utc>) -> Result<Loaded> 
             .also
             .push(format!("the bucket: the newest upload failed: {e}"));
     }
+    // The job's other nodes: their rows, its latest.json and incidents, from its store.
+    match crate::cluster::view::of_config(cfg, super::unix(now), super::stale_after(cfg)) {
+        None => {}
+        Some(Ok(v)) => {
+            for p in &v.problems {
+                night.headline.also.push(format!("[cluster] store: {p}"));
+            }
+            night.job = Some(v);
+        }
+        Some(Err(e)) => night
+            .headline
+            .also
+            .push(format!("[cluster] store unreadable: {e}")),
+    }
     Ok(Loaded {
         night,
         ledger: ledger_path,

@@ -98,6 +98,9 @@ pub struct Night {
     /// The declared bands, for the plots.
     pub declared: events::Declared,
     pub samples: u64,
+    /// `[cluster]`: the job as its store holds it (set by [`load`], which reads the store).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<crate::cluster::view::JobView>,
 }
 
 /// The streaming builder: [`Gather::new`], [`Gather::push`] each chunk of the log in order,
@@ -156,6 +159,7 @@ impl<'a> Gather<'a> {
             disk,
             declared: events::Declared::from_config(cfg),
             samples: self.series.samples,
+            job: None,
         }
     }
 }
@@ -167,6 +171,21 @@ impl Night {
         g.push(samples);
         g.finish(&LogRead::default())
     }
+}
+
+/// Roger is "stale" after this many of its own intervals without a record.
+const STALE_INTERVALS: f64 = 3.0;
+/// ... and never before this.
+const STALE_MIN_S: f64 = 600.0;
+
+/// How long roger may stay silent: a few of its own intervals (watch or critic daemon).
+pub fn stale_after(cfg: &Config) -> f64 {
+    let every = cfg
+        .critic
+        .interval
+        .as_secs_f64()
+        .max(cfg.watch.interval.as_secs_f64());
+    (every * STALE_INTERVALS).max(STALE_MIN_S)
 }
 
 pub(crate) fn unix(ts: DateTime<Utc>) -> f64 {

@@ -121,6 +121,9 @@ pub fn digest(n: &Night, colour: bool) -> String {
             ));
         }
     }
+    if let Some(j) = &n.job {
+        job_lines(j, &mut lines);
+    }
     if let Some(v) = &h.last_verdict {
         let worst = n
             .critic
@@ -183,6 +186,68 @@ pub fn digest(n: &Night, colour: bool) -> String {
     }
     lines.truncate(MAX_LINES);
     lines.join("\n")
+}
+
+/// Node rows shown in the digest before "and N more".
+const NODE_ROWS: usize = 4;
+
+/// The job (`[cluster]`): its nodes, newest complete step and newest incident.
+fn job_lines(j: &crate::cluster::view::JobView, lines: &mut Vec<String>) {
+    let lost = j.nodes.iter().filter(|n| n.lost).count();
+    lines.push(format!(
+        "job: {} nodes{}{} · incidents {}",
+        j.nodes.len(),
+        if lost > 0 {
+            format!(", {lost} LOST")
+        } else {
+            String::new()
+        },
+        j.complete
+            .as_ref()
+            .map_or(" · no complete step committed".to_string(), |c| format!(
+                " · complete step {} (every node's part verified)",
+                c.step
+            )),
+        j.incidents.len()
+    ));
+    for r in j.nodes.iter().take(NODE_ROWS) {
+        lines.push(clean(&format!("  {}", node_words(r))));
+    }
+    if j.nodes.len() > NODE_ROWS {
+        lines.push(format!(
+            "  and {} more nodes (roger status)",
+            j.nodes.len() - NODE_ROWS
+        ));
+    }
+    if let Some(v) = j.incidents.last() {
+        lines.push(clean(&format!(
+            "  newest incident: {}",
+            crate::cluster::view::incident_words(v)
+        )));
+    }
+}
+
+/// One node's row in words: state, step, last heard, its part.
+pub fn node_words(r: &crate::cluster::view::NodeRow) -> String {
+    let mut s = format!("node {}: ", r.node);
+    match (&r.state, r.age_s) {
+        (Some(st), Some(age)) => {
+            let _ = write!(
+                s,
+                "{st}, {}, heard {} ago",
+                r.step.map_or("no step yet".into(), |x| format!("step {x}")),
+                human_duration(age.max(0.0))
+            );
+        }
+        _ => s.push_str("has not reported"),
+    }
+    if let Some(p) = &r.part {
+        let _ = write!(s, ", part {p}");
+    }
+    if r.lost {
+        s.push_str(", LOST");
+    }
+    s
 }
 
 fn seqs(s: &[u64]) -> String {
