@@ -562,6 +562,58 @@ fn the_relaunch_budget_is_the_jobs_not_each_nodes() {
     assert!(trainer_gone(&n0));
 }
 
+/// The job-wide breakers, as one node's: a second incident within the window of one
+/// (`max_relaunches_per_window = 1`) stops the job with 75, though the budget is not spent.
+#[test]
+fn a_second_incident_within_the_window_opens_the_job_wide_breaker() {
+    let store = tempfile::tempdir().unwrap();
+    let earlier = store.path().join("job/verdicts/incident-0001.json");
+    std::fs::create_dir_all(earlier.parent().unwrap()).unwrap();
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - 60.0;
+    std::fs::write(
+        &earlier,
+        format!(r#"{{"id":"incident-0001","cause":"hang","node":1,"last_step":2,"by_node":1,"at":{at},"action":"requeue","reason":"an earlier stall"}}"#),
+    )
+    .unwrap();
+    let nodes: Vec<Node> = (0..2)
+        .map(|k| {
+            node_with(
+                store.path(),
+                k,
+                2,
+                "max_relaunches_per_window = 1",
+                "on_fault = \"requeue\"",
+            )
+        })
+        .collect();
+    all_up(&nodes, store.path());
+    let mut nodes = nodes.into_iter();
+    let (mut n0, mut n1) = (nodes.next().unwrap(), nodes.next().unwrap());
+    lose_machine(&mut n1);
+    let st = wait_child(&mut n0.watch, Duration::from_secs(60));
+    let recs = records(&n0.env);
+    let story = n0.env.read("watch.err");
+    assert_eq!(st.code(), Some(75), "{story}");
+    let v = events(&recs, "cluster_verdict");
+    assert_eq!(v.len(), 1, "{story}");
+    assert_eq!(
+        v[0].str_field("breaker"),
+        Some("2 incidents within 6h (max_relaunches_per_window = 1, job-wide)"),
+        "{story}"
+    );
+    let done = events(&recs, "done");
+    assert!(
+        done[0].str_field("reason").unwrap().ends_with(
+            "do not requeue: a breaker opened: 2 incidents within 6h (max_relaunches_per_window = 1, job-wide)"
+        ),
+        "{story}"
+    );
+}
+
 /// A node whose roger died while its trainer lives is named, and nothing is stopped: the
 /// other nodes' runs still advance, so no node waits on it and no verdict is written.
 #[test]

@@ -78,14 +78,58 @@ impl Then {
     }
 }
 
+/// One incident as the breakers see it: the step it happened at and when (the writer's clock).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Past {
+    pub step: Option<u64>,
+    pub at: f64,
+}
+
+/// The job-wide breakers over its incidents (oldest first, the one being acted on last), as
+/// `[watch]`'s breakers are over one node's relaunches: no progress (the last
+/// `breaker_no_progress` incidents all at the same step: the job fails at the same place,
+/// and another requeue would too) and too many within `relaunch_window`
+/// (`max_relaunches_per_window`). Why the job stops, if it must.
+pub fn breaker(past: &[Past], w: &crate::config::WatchConfig) -> Option<String> {
+    let m = w.breaker_no_progress as usize;
+    if m > 0 && past.len() >= m {
+        let tail = &past[past.len() - m..];
+        if tail[0].step.is_some() && tail.iter().all(|p| p.step == tail[0].step) {
+            return Some(format!(
+                "no progress: the last {m} incidents were all at step {} ([watch] breaker_no_progress = {m}, job-wide)",
+                tail[0].step.unwrap_or_default()
+            ));
+        }
+    }
+    let last = past.last()?;
+    let window = w.relaunch_window.as_secs_f64();
+    let within = past.iter().filter(|p| last.at - p.at <= window).count();
+    (within > w.max_relaunches_per_window as usize).then(|| {
+        format!(
+            "{within} incidents within {} (max_relaunches_per_window = {}, job-wide)",
+            w.relaunch_window, w.max_relaunches_per_window
+        )
+    })
+}
+
 /// What every node does on a verdict of `cause`: the job-wide budget is `budget` incidents
-/// (`[watch] max_relaunches`), this one the `incidents`-th.
-pub fn then_for(action: OnFault, cause: &str, incidents: usize, budget: u32) -> Then {
-    let within = incidents <= budget as usize;
+/// (`[watch] max_relaunches`), this one the `incidents`-th; `breaker`: why the job-wide
+/// breakers stop the job, if they do ([`breaker`]).
+pub fn then_for(
+    action: OnFault,
+    cause: &str,
+    incidents: usize,
+    budget: u32,
+    breaker: Option<&str>,
+) -> Then {
+    let within = incidents <= budget as usize && breaker.is_none();
     let spent = || {
         Then::Exit(
             exit::DO_NOT_RESTART,
-            format!("do not requeue: the job-wide budget is spent ({incidents} incidents, [watch] max_relaunches = {budget})"),
+            match breaker {
+                Some(b) => format!("do not requeue: a breaker opened: {b}"),
+                None => format!("do not requeue: the job-wide budget is spent ({incidents} incidents, [watch] max_relaunches = {budget})"),
+            },
         )
     };
     match action {
@@ -127,10 +171,10 @@ mod tests {
         let old = r#"{"id":"node1-lost-1500","cause":"node_lost","node":1,"last_step":3,"by_node":0,"at":1.0,"action":"requeue","reason":"x"}"#;
         let v: JobVerdict = serde_json::from_str(old).unwrap();
         assert_eq!((v.node, v.ranks.len()), (Some(1), 0));
-        let code = |a, cause, n| then_for(a, cause, n, 20).code();
+        let code = |a, cause, n| then_for(a, cause, n, 20, None).code();
         assert_eq!(code(OnFault::Requeue, "hang", 1), Some(exit::REQUEUE));
         assert_eq!(code(OnFault::Requeue, "node_lost", 20), Some(exit::REQUEUE));
-        let t = then_for(OnFault::Requeue, "hang", 21, 20);
+        let t = then_for(OnFault::Requeue, "hang", 21, 20, None);
         assert_eq!(t.code(), Some(exit::DO_NOT_RESTART));
         assert!(t.words().contains("budget is spent (21 incidents"), "{t:?}");
         assert_eq!(code(OnFault::Stop, "hang", 1), Some(exit::DO_NOT_RESTART));
@@ -141,5 +185,40 @@ mod tests {
             code(OnFault::Relaunch, "hang", 21),
             Some(exit::DO_NOT_RESTART)
         );
+        let t = then_for(OnFault::Relaunch, "hang", 3, 20, Some("no progress: x"));
+        assert_eq!(t.code(), Some(exit::DO_NOT_RESTART));
+        assert_eq!(
+            t.words(),
+            "do not requeue: a breaker opened: no progress: x"
+        );
+    }
+
+    #[test]
+    fn the_job_wide_breakers_open_on_no_progress_and_too_many_in_the_window() {
+        let w = crate::config::WatchConfig::default();
+        let p = |step, at| Past { step, at };
+        // Default: 3 in a row at one step.
+        assert_eq!(breaker(&[p(Some(12), 0.0), p(Some(12), 10.0)], &w), None);
+        assert_eq!(
+            breaker(&[p(Some(5), 0.0), p(Some(12), 5.0), p(Some(12), 10.0), p(Some(12), 20.0)], &w).unwrap(),
+            "no progress: the last 3 incidents were all at step 12 ([watch] breaker_no_progress = 3, job-wide)"
+        );
+        assert_eq!(
+            breaker(&[p(Some(10), 0.0), p(Some(12), 5.0), p(Some(14), 10.0)], &w),
+            None,
+            "it advances"
+        );
+        assert_eq!(
+            breaker(&[p(None, 0.0), p(None, 1.0), p(None, 2.0)], &w),
+            None
+        );
+        // Default window: 5 in 6 h; a sixth within it opens.
+        let many: Vec<Past> = (0..6).map(|i| p(Some(i * 10), i as f64 * 60.0)).collect();
+        assert!(breaker(&many[..5], &w).is_none());
+        assert!(breaker(&many, &w)
+            .unwrap()
+            .starts_with("6 incidents within 6h"));
+        let spread: Vec<Past> = (0..6).map(|i| p(Some(i * 10), i as f64 * 7200.0)).collect();
+        assert!(breaker(&spread, &w).is_none(), "spread over 10 h");
     }
 }

@@ -51,6 +51,10 @@ pub struct NodeWatch {
     /// The verdict files seen (those there at the start are earlier incidents of the job:
     /// counted in its budget, not acted on again).
     seen: std::collections::BTreeSet<String>,
+    /// Every incident read, oldest first (those of earlier launches by their time, then as
+    /// read): what the job-wide breakers judge.
+    past: Vec<(String, verdict::Past)>,
+    breakers: crate::config::WatchConfig,
 }
 
 impl NodeWatch {
@@ -64,7 +68,18 @@ impl NodeWatch {
         })?;
         let started_at = unix_now();
         let store = cluster::open_store(cfg, false)?.expect("[cluster] store is set");
-        let seen = store.list("verdicts")?.into_iter().collect();
+        let seen: std::collections::BTreeSet<String> =
+            store.list("verdicts")?.into_iter().collect();
+        // The job's earlier incidents, for its breakers (one unreadable is said when acted on
+        // elsewhere; here it only does not count toward "no progress").
+        let mut past: Vec<(String, verdict::Past)> = seen
+            .iter()
+            .filter_map(|k| {
+                let v: JobVerdict = serde_json::from_slice(&store.get(k).ok()??).ok()?;
+                Some((k.clone(), past_of(&v)))
+            })
+            .collect();
+        past.sort_by(|a, b| a.1.at.total_cmp(&b.1.at));
         // Unreadable now: the first complete step seen commits (a commit is idempotent).
         let committed = (cfg.cluster.parts == Parts::EveryNode)
             .then(|| cluster::commit::read(store.as_ref()).ok().flatten())
@@ -85,6 +100,8 @@ impl NodeWatch {
             speeds: None,
             job_stragglers: crate::ranks::straggler::Detector::new(cfg.ranks.rule()),
             seen,
+            past,
+            breakers: cfg.watch.clone(),
             peers: Peers::new(id.node, id.nodes, started_at),
             id,
             seq: 0,
@@ -468,7 +485,7 @@ impl NodeWatch {
         }
         let incidents = keys.len() + 1;
         for s in &mut out {
-            if let Said::Verdict(_, n) = s {
+            if let Said::Verdict(_, n, _) = s {
                 *n = (*n).max(incidents);
             }
         }
@@ -489,7 +506,10 @@ impl NodeWatch {
             {
                 Ok(Some(Ok(v))) => {
                     self.seen.insert(k.clone());
-                    out.push(Said::Verdict(v, incidents));
+                    self.past.push((k.clone(), past_of(&v)));
+                    let upto: Vec<verdict::Past> = self.past.iter().map(|(_, p)| *p).collect();
+                    let breaker = verdict::breaker(&upto, &self.breakers);
+                    out.push(Said::Verdict(v, incidents, breaker));
                 }
                 // Gone between the listing and the read: looked at again next sample.
                 Ok(None) => {}
@@ -598,10 +618,18 @@ impl NodeWatch {
     }
 }
 
+fn past_of(v: &JobVerdict) -> verdict::Past {
+    verdict::Past {
+        step: v.last_step,
+        at: v.at,
+    }
+}
+
 enum Said {
     Node(Change),
-    /// A job verdict this node has not acted on, and the job's incidents so far.
-    Verdict(JobVerdict, usize),
+    /// A job verdict this node has not acted on, the job's incidents so far, and why the
+    /// job-wide breakers stop the job (if they do).
+    Verdict(JobVerdict, usize, Option<String>),
     StoreDown(String),
     /// A verdict file that does not parse.
     Unreadable(String),
@@ -632,8 +660,14 @@ impl Watcher<'_> {
         let mut act = None;
         for s in said {
             let (reason, fields) = match &s {
-                Said::Verdict(v, incidents) => {
-                    let then = verdict::then_for(v.action, &v.cause, *incidents, budget);
+                Said::Verdict(v, incidents, breaker) => {
+                    let then = verdict::then_for(
+                        v.action,
+                        &v.cause,
+                        *incidents,
+                        budget,
+                        breaker.as_deref(),
+                    );
                     let role = match v.node {
                         Some(n) if n == me && v.cause == "hang" => {
                             "; the cause is this node".to_string()
@@ -666,6 +700,7 @@ impl Watcher<'_> {
                             ("written_by", v.by_node.into()),
                             ("won", (v.by_node == me).into()),
                             ("incidents", (*incidents).into()),
+                            ("breaker", json!(breaker)),
                             ("code", json!(code)),
                             ("then", (if code.is_some() { "exit" } else { "relaunch" }).into()),
                         ],
