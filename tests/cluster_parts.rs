@@ -17,11 +17,11 @@ use std::time::Duration;
 
 /// Steps 1..16; at every 5th, this node's part of a sharded checkpoint (its shard) written and
 /// published; node 1 skips step 15.
-const TRAIN: &str = r#"mkdir -p ckpt; i=0; while [ $i -lt 16 ]; do i=$((i+1)); echo "{\"step\": $i, \"loss\": 1.0}" >> train.jsonl; if [ $((i % 5)) = 0 ] && ! { [ "$K" = 1 ] && [ $i = 15 ]; }; then d=ckpt/node-$K-step-$i; mkdir -p $d; echo "shard of node $K at step $i" > $d/__${K}_0.distcp; "$ROGER_BIN" publish $d --step $i >> publish.log 2>&1 || exit 9; fi; sleep 0.3; done"#;
+const TRAIN: &str = r#"mkdir -p ckpt; i=0; while [ $i -lt 16 ]; do i=$((i+1)); echo "{\"step\": $i, \"loss\": 1.0}" >> train.jsonl; if [ $((i % 5)) = 0 ] && ! { [ "$K" = 1 ] && [ $i = 15 ]; }; then d=ckpt/node-$K-step-$i; mkdir -p $d; echo "shard of node $K at step $i" > $d/rank-$K.shard; "$ROGER_BIN" publish $d --step $i >> publish.log 2>&1 || exit 9; fi; sleep 0.3; done"#;
 
 /// The relaunched job's command: what it was told to resume from; then both nodes' parts of
 /// step 20, and time for the watches to see them complete.
-const RESUME: &str = r#"echo "{step} {ckpt}" > resumed.txt; d=ckpt/node-$K-step-20; mkdir -p $d; echo "shard of node $K at step 20" > $d/__${K}_0.distcp; "$ROGER_BIN" publish $d --step 20 >> publish.log 2>&1 || exit 9; sleep 3"#;
+const RESUME: &str = r#"echo "{step} {ckpt}" > resumed.txt; d=ckpt/node-$K-step-20; mkdir -p $d; echo "shard of node $K at step 20" > $d/rank-$K.shard; "$ROGER_BIN" publish $d --step 20 >> publish.log 2>&1 || exit 9; sleep 3"#;
 
 fn env_for(root: &Path, k: u32) -> Env {
     let env = Env::new();
@@ -64,13 +64,19 @@ fn start(env: &Env, k: u32, script: &str) -> Child {
         .map(|s| s.to_string())
         .collect();
     let mut c = roger(env, &args);
-    c.env("K", k.to_string()).stdout(Stdio::null()).stderr(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(env.path("watch.err"))
-            .unwrap(),
-    );
+    c.env("K", k.to_string())
+        .env(
+            "DCP_META",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dcp/protocol4.metadata"),
+        )
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(env.path("watch.err"))
+                .unwrap(),
+        );
     c.spawn().expect("spawn roger watch")
 }
 
@@ -223,3 +229,91 @@ fn every_node_resumes_from_the_newest_step_whose_every_part_is_verified() {
         story(&envs)
     );
 }
+
+/// Steps 1..11; at 5 and 10 this node's part of a torch DCP checkpoint (one rank per node:
+/// node 0 writes `__0_0.distcp` and the coordinator's `.metadata`, node 1 `__1_0.distcp`),
+/// published. At step 10 node 1's shard never lands (only its temporary is there): node 1's
+/// part holds no shard, which node 1 alone cannot tell, having no `.metadata`.
+const TRAIN_DCP: &str = r#"mkdir -p ckpt; i=0; while [ $i -lt 11 ]; do i=$((i+1)); echo "{\"step\": $i, \"loss\": 1.0}" >> train.jsonl; if [ $((i % 5)) = 0 ]; then d=ckpt/node-$K-step-$i; mkdir -p $d; f=__${K}_0.distcp; if [ "$K" = 1 ] && [ $i = 10 ]; then f=$f.tmp; fi; head -c 16384 /dev/zero > $d/$f; if [ "$K" = 0 ]; then cp "$DCP_META" $d/.metadata; fi; "$ROGER_BIN" publish $d --step $i >> publish.log 2>&1 || exit 9; fi; sleep 0.3; done"#;
+
+/// Issue 38, point 4 with torch DCP: each node's part verifies on its own, but the step is
+/// complete only when the coordinator's `.metadata` finds every file it names in some node's
+/// part. Step 10's shard from node 1 never landed: no node commits it, and the requeued job
+/// resumes from step 5 on both nodes, naming the file.
+#[test]
+fn a_dcp_step_whose_shard_on_one_node_never_landed_is_never_resumed_from() {
+    let store = tempfile::tempdir().unwrap();
+    let envs: Vec<Env> = (0..2).map(|k| env_for(store.path(), k)).collect();
+    let story = |envs: &[Env]| {
+        envs.iter()
+            .enumerate()
+            .map(|(k, e)| {
+                format!(
+                    "--- node {k}:\n{}\n{}",
+                    e.read("watch.err"),
+                    e.read("publish.log")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut first: Vec<Child> = (0..2)
+        .map(|k| start(&envs[k], k as u32, TRAIN_DCP))
+        .collect();
+    for (k, c) in first.iter_mut().enumerate() {
+        let st = wait_child(c, Duration::from_secs(60));
+        assert_eq!(st.code(), Some(0), "node {k}\n{}", story(&envs));
+    }
+    for e in &envs {
+        let published: Vec<u64> = records(e)
+            .iter()
+            .filter(|r| r.kind == Kind::Publish)
+            .filter_map(|r| r.step)
+            .collect();
+        assert_eq!(published, vec![5, 10], "each part verifies on its own");
+        let complete: Vec<u64> = records(e)
+            .iter()
+            .filter(|r| r.str_field("event") == Some("checkpoint_complete"))
+            .filter_map(|r| r.u64_field("complete_step"))
+            .collect();
+        assert_eq!(complete, vec![5], "{}", story(&envs));
+    }
+    let latest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(store.path().join("job/latest.json")).unwrap())
+            .unwrap();
+    assert_eq!(latest["step"], 5, "{latest}");
+    let mut again: Vec<Child> = (0..2)
+        .map(|k| start(&envs[k], k as u32, RESUME_ONLY))
+        .collect();
+    for (k, c) in again.iter_mut().enumerate() {
+        let st = wait_child(c, Duration::from_secs(60));
+        assert_eq!(st.code(), Some(0), "node {k}\n{}", story(&envs));
+    }
+    for (k, e) in envs.iter().enumerate() {
+        let told = e.read("resumed.txt");
+        assert!(
+            told.starts_with("5 ") && told.trim_end().ends_with(&format!("node-{k}-step-5")),
+            "node {k} resumed from: {told}\n{}",
+            story(&envs)
+        );
+        let start = records(e)
+            .into_iter()
+            .filter(|r| r.kind == Kind::Watch && r.str_field("event") == Some("start"))
+            .next_back()
+            .unwrap();
+        let skipped = start
+            .get("resume_skipped")
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(skipped.len(), 1, "node {k}: {skipped:?}");
+        assert_eq!(
+            skipped[0]["why"].as_str().unwrap(),
+            "step 10 is not complete: its .metadata (in node 0's part) names __1_0.distcp, which no node's part holds",
+            "node {k}"
+        );
+    }
+}
+
+const RESUME_ONLY: &str = r#"echo "{step} {ckpt}" > resumed.txt"#;

@@ -4,13 +4,42 @@
 
 use std::collections::BTreeMap;
 
-/// Each other node's listed steps (None: no record), or why they cannot be read.
-pub type Others = Result<BTreeMap<u32, Option<Vec<u64>>>, String>;
+/// What the job's store says of the other nodes' parts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Known {
+    /// Each other node's listed steps as its newest record holds them (None: no record, or
+    /// one that lists no parts).
+    pub lists: BTreeMap<u32, Option<Vec<u64>>>,
+    /// Steps whose parts, each verified, still do not make the whole checkpoint (a torch DCP
+    /// whose `.metadata` names files no node's part holds), with why.
+    pub broken: BTreeMap<u64, String>,
+}
 
-/// Why `step` is not complete (None: every other node's part of it is verified). `others`:
-/// each other node's listed steps as its newest record holds them (None: no record, or one
-/// that lists no parts).
-pub fn missing(step: Option<u64>, others: &BTreeMap<u32, Option<Vec<u64>>>) -> Option<String> {
+impl Known {
+    pub fn lists(lists: BTreeMap<u32, Option<Vec<u64>>>) -> Known {
+        Known {
+            lists,
+            broken: BTreeMap::new(),
+        }
+    }
+}
+
+/// What is known of the other nodes' parts, or why they cannot be read.
+pub type Others = Result<Known, String>;
+
+/// Why `step` is not complete (None: every other node's part of it is verified, and together
+/// the parts make the whole checkpoint).
+pub fn missing(step: Option<u64>, known: &Known) -> Option<String> {
+    let why = listed(step, &known.lists);
+    match (why, step.and_then(|s| known.broken.get(&s))) {
+        (Some(w), _) => Some(w),
+        (None, Some(b)) => Some(b.clone()),
+        (None, None) => None,
+    }
+}
+
+/// Why `step` is not complete by the lists alone.
+fn listed(step: Option<u64>, others: &BTreeMap<u32, Option<Vec<u64>>>) -> Option<String> {
     let Some(step) = step else {
         return Some(
             "its step is unknown, so it cannot be matched with the other nodes' parts".into(),

@@ -19,6 +19,10 @@ pub struct PartRef {
     pub name: String,
     pub sha256: String,
     pub size: u64,
+    /// A torch DCP part: its shard files, and the files its `.metadata` names when it holds
+    /// the coordinator's `.metadata` (what tells the job its parts make the whole checkpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dcp: Option<super::parts::DcpFiles>,
 }
 
 /// The job's newest complete step.
@@ -45,15 +49,19 @@ fn step_of(key: &str) -> Option<u64> {
         .ok()
 }
 
-/// The newest step every node lists (`all`: each node's listed steps, None: no record).
-pub fn newest_complete(all: &BTreeMap<u32, Option<Vec<u64>>>) -> Option<u64> {
+/// The newest step every node lists (`all`: each node's listed steps, None: no record) whose
+/// parts make the whole checkpoint (not in `broken`).
+pub fn newest_complete(
+    all: &BTreeMap<u32, Option<Vec<u64>>>,
+    broken: &BTreeMap<u64, String>,
+) -> Option<u64> {
     let mut lists = all.values();
     let first = lists.next()?.as_ref()?;
     let rest: Vec<&Vec<u64>> = lists.map(|l| l.as_ref()).collect::<Option<_>>()?;
     first
         .iter()
         .rev()
-        .find(|s| rest.iter().all(|l| l.contains(s)))
+        .find(|s| rest.iter().all(|l| l.contains(s)) && !broken.contains_key(s))
         .copied()
 }
 
@@ -64,7 +72,7 @@ pub fn passed_over(
     own: impl IntoIterator<Item = u64>,
     since: Option<u64>,
     step: u64,
-    others: &BTreeMap<u32, Option<Vec<u64>>>,
+    others: &crate::checkpoints::complete::Known,
 ) -> Vec<(u64, String)> {
     own.into_iter()
         .filter(|s| *s < step && since.is_none_or(|c| *s > c))
@@ -162,24 +170,42 @@ mod tests {
     fn the_newest_step_on_every_list() {
         let m = |v: Vec<(u32, Option<Vec<u64>>)>| v.into_iter().collect::<BTreeMap<_, _>>();
         assert_eq!(
-            newest_complete(&m(vec![(0, Some(vec![5, 10, 15])), (1, Some(vec![5, 10]))])),
+            newest_complete(
+                &m(vec![(0, Some(vec![5, 10, 15])), (1, Some(vec![5, 10]))]),
+                &BTreeMap::new()
+            ),
             Some(10)
         );
+        let broken: BTreeMap<u64, String> = [(10, "shards missing".to_string())].into();
         assert_eq!(
-            newest_complete(&m(vec![(0, Some(vec![5])), (1, None)])),
+            newest_complete(
+                &m(vec![(0, Some(vec![5, 10, 15])), (1, Some(vec![5, 10]))]),
+                &broken
+            ),
+            Some(5)
+        );
+        assert_eq!(
+            newest_complete(&m(vec![(0, Some(vec![5])), (1, None)]), &BTreeMap::new()),
             None
         );
         assert_eq!(
-            newest_complete(&m(vec![(0, Some(vec![5, 10])), (1, Some(vec![15]))])),
+            newest_complete(
+                &m(vec![(0, Some(vec![5, 10])), (1, Some(vec![15]))]),
+                &BTreeMap::new()
+            ),
             None
         );
-        assert_eq!(newest_complete(&m(vec![(0, Some(vec![3]))])), Some(3));
+        assert_eq!(
+            newest_complete(&m(vec![(0, Some(vec![3]))]), &BTreeMap::new()),
+            Some(3)
+        );
     }
 
     #[test]
     fn an_incomplete_part_older_than_the_commit_is_passed_over_once() {
-        let others: BTreeMap<u32, Option<Vec<u64>>> =
-            [(1, Some(vec![5, 10, 20]))].into_iter().collect();
+        let others = crate::checkpoints::complete::Known::lists(
+            [(1, Some(vec![5, 10, 20]))].into_iter().collect(),
+        );
         let over = passed_over([5, 10, 15, 20], Some(10), 20, &others);
         assert_eq!(
             over,

@@ -212,6 +212,7 @@ mod tests {
                                 name: format!("n{node}-s{s}"),
                                 sha256: "ab".into(),
                                 size: 1,
+                                dcp: None,
                             },
                         )
                     })
@@ -238,6 +239,7 @@ mod tests {
                         name: "n0-s10".into(),
                         sha256: "ab".into(),
                         size: 1,
+                        dcp: None,
                     }),
                 ),
                 (1, None),

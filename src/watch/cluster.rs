@@ -127,14 +127,9 @@ impl NodeWatch {
         if !self.every_node {
             return None;
         }
-        let others: Result<std::collections::BTreeMap<u32, Option<Vec<u64>>>, String> =
+        let others: Result<cluster::parts::Known, String> =
             cluster::read_all(self.store.as_ref(), self.id.nodes)
-                .map(|all| {
-                    all.into_iter()
-                        .filter(|(n, _)| *n != self.id.node)
-                        .map(|(n, r)| (n, r.and_then(|r| r.parts)))
-                        .collect()
-                })
+                .map(|all| cluster::parts::known(&all, self.id.node, Some(&self.parts)))
                 .map_err(|e| {
                     format!("the other nodes' parts cannot be read from the [cluster] store: {e:#}")
                 });
@@ -401,7 +396,8 @@ impl NodeWatch {
                 }
             })
             .collect();
-        let step = cluster::commit::newest_complete(&lists)?;
+        let known = cluster::parts::known(all, self.id.node, Some(&self.parts));
+        let step = cluster::commit::newest_complete(&lists, &known.broken)?;
         if self.committed.is_some_and(|c| c >= step) {
             return None;
         }
@@ -430,10 +426,10 @@ impl NodeWatch {
     fn commit(&mut self, ours: cluster::commit::JobLatest) -> Result<Vec<Said>, String> {
         let c =
             cluster::commit::commit(self.store.as_ref(), &ours).map_err(|e| format!("{e:#}"))?;
-        let others: std::collections::BTreeMap<u32, Option<Vec<u64>>> = (0..self.id.nodes)
-            .filter(|n| *n != self.id.node)
-            .map(|n| (n, self.peers.last(n).and_then(|r| r.parts.clone())))
+        let all: Vec<(u32, Option<NodeRecord>)> = (0..self.id.nodes)
+            .map(|n| (n, self.peers.last(n).cloned()))
             .collect();
+        let others = cluster::parts::known(&all, self.id.node, Some(&self.parts));
         let mut out: Vec<Said> = cluster::commit::passed_over(
             self.parts.keys().copied(),
             self.committed,

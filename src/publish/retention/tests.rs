@@ -394,9 +394,11 @@ fn the_newest_step_complete_on_every_node_is_kept() {
     };
     // Node 1 has parts of 5 and 10 only: 10 is the job's resume point.
     let others: crate::checkpoints::complete::Others =
-        Ok([(1, Some(vec![5, 10])), (2, Some(vec![5, 10, 15]))]
-            .into_iter()
-            .collect());
+        Ok(crate::checkpoints::complete::Known::lists(
+            [(1, Some(vec![5, 10])), (2, Some(vec![5, 10, 15]))]
+                .into_iter()
+                .collect(),
+        ));
     let p = plan_with(Some(others));
     assert_eq!(gone(&p), vec!["/ck/ckpt-5", "/ck/ckpt-15"]);
     assert!(p
