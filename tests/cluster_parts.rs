@@ -298,8 +298,7 @@ fn a_dcp_step_whose_shard_on_one_node_never_landed_is_never_resumed_from() {
         );
         let start = records(e)
             .into_iter()
-            .filter(|r| r.kind == Kind::Watch && r.str_field("event") == Some("start"))
-            .next_back()
+            .rfind(|r| r.kind == Kind::Watch && r.str_field("event") == Some("start"))
             .unwrap();
         let skipped = start
             .get("resume_skipped")
