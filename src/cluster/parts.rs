@@ -23,7 +23,12 @@ pub fn others_of(cfg: &crate::config::Config) -> Option<Others> {
         let store = super::open_store(cfg, true)?
             .ok_or_else(|| anyhow::anyhow!("parts = \"every-node\" needs [cluster] store"))?;
         let all = super::read_all(store.as_ref(), id.nodes)?;
-        Ok(known(&all, id.node, None))
+        // This node's own parts from its ledger: its record in the store may predate the
+        // part just published, and a DCP step is judged by every node's files.
+        let records = crate::ledger::Ledger::new(cfg.ledger_path()).records()?;
+        let mut own = BTreeMap::new();
+        note(&mut own, &records, &cfg.run.name);
+        Ok(known(&all, id.node, Some(&own)))
     };
     Some(read().map_err(|e| format!("the other nodes' parts cannot be read: {e:#}")))
 }

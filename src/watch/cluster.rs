@@ -45,6 +45,8 @@ pub struct NodeWatch {
     every_node: bool,
     /// The newest step this watch knows committed to the job's latest.json.
     committed: Option<u64>,
+    /// This node's part verified by [`NodeWatch::meet`] (path, sha256): not hashed again.
+    verified: Option<(std::path::PathBuf, String)>,
     /// This node's ranks' newest straggler window, and the job-wide rule over every node's.
     speeds: Option<cluster::health::NodeSpeeds>,
     job_stragglers: crate::ranks::straggler::Detector,
@@ -97,6 +99,7 @@ impl NodeWatch {
             },
             every_node: cfg.cluster.parts == Parts::EveryNode,
             committed,
+            verified: None,
             speeds: None,
             job_stragglers: crate::ranks::straggler::Detector::new(cfg.ranks.rule()),
             seen,
@@ -139,30 +142,103 @@ impl NodeWatch {
         })
     }
 
-    /// Before the first launch with `parts = "every-node"` and parts of its own: this node's
-    /// record (its parts) goes to the store, then up to `limit` for every other node's to
-    /// list theirs (a requeued job's are there already; a new job's watches start together),
-    /// so the first launch resumes from a step every node has. Unheard nodes are said by the
-    /// gate, never waited on past the limit.
-    pub fn meet(&mut self, run: &str, limit: std::time::Duration) {
-        if !self.every_node || self.parts.is_empty() {
-            return;
+    /// Before the first launch with `parts = "every-node"`: this node checks its own part of
+    /// the newest step complete by the records (newest first, until one verifies), drops the
+    /// parts whose bytes no longer verify, writes its record, then waits up to `limit` for
+    /// every other node's record from its own new start (a requeued job's nodes start
+    /// together), so every node's gate judges by what every node found at this start. Unheard
+    /// nodes are said by the gate, never waited on past the limit. With a bucket
+    /// (`fetchable`), a part missing or changed here stays listed: the bucket's copy is fetched
+    /// at the resume. The parts dropped come back, each with why, for the caller to record.
+    pub fn meet(
+        &mut self,
+        records: &[Record],
+        run: &str,
+        limit: std::time::Duration,
+        fetchable: bool,
+    ) -> Vec<(u64, String)> {
+        if !self.every_node {
+            return Vec::new();
         }
+        // Unreadable now (a slow store): only a start-up record counts as this start's.
+        let before: Option<std::collections::BTreeMap<u32, f64>> =
+            cluster::read_all(self.store.as_ref(), self.id.nodes)
+                .map(|all| {
+                    all.into_iter()
+                        .filter_map(|(n, r)| Some((n, r?.started_at)))
+                        .collect()
+                })
+                .ok();
+        let dropped = if fetchable {
+            Vec::new()
+        } else {
+            self.check_own(records, run)
+        };
         if let Err(e) = self.put_record(run, 0, super::unix_now(), "starting", None, 0.0) {
             tracing::warn!("[cluster] store {}: {e:#}", self.store.describe());
-            return;
+            return dropped;
         }
         let t0 = std::time::Instant::now();
         while t0.elapsed() < limit {
             let all_in = cluster::read_all(self.store.as_ref(), self.id.nodes).is_ok_and(|all| {
-                all.iter()
-                    .all(|(_, r)| r.as_ref().is_some_and(|r| r.parts.is_some()))
+                all.iter().all(|(n, r)| {
+                    *n == self.id.node
+                        || r.as_ref().is_some_and(|r| {
+                            // Written since this node looked, or its start-up record (it
+                            // may have started first).
+                            let fresh = before
+                                .as_ref()
+                                .is_some_and(|b| b.get(n) != Some(&r.started_at))
+                                || (r.seq == 0 && r.state == "starting");
+                            r.parts.is_some() && fresh
+                        })
+                })
             });
             if all_in {
-                return;
+                return dropped;
             }
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
+        dropped
+    }
+
+    /// This node's own parts of the steps complete by the records as read now, newest first:
+    /// each is re-hashed until one verifies (that one is not hashed again at the resume);
+    /// those that do not are no longer listed, so no node resumes from their step.
+    fn check_own(&mut self, records: &[Record], run: &str) -> Vec<(u64, String)> {
+        let Ok(all) = cluster::read_all(self.store.as_ref(), self.id.nodes) else {
+            return Vec::new();
+        };
+        let known = cluster::parts::known(&all, self.id.node, Some(&self.parts));
+        let mine = crate::checkpoints::published(records, run);
+        let steps: Vec<u64> = self.parts.keys().rev().copied().collect();
+        let mut dropped = Vec::new();
+        for step in steps {
+            if cluster::parts::missing(Some(step), &known).is_some() {
+                continue;
+            }
+            let Some(ck) = mine.iter().rev().find(|c| c.step == Some(step)) else {
+                continue;
+            };
+            match crate::checkpoints::verify_on_disk(ck) {
+                Ok(()) => {
+                    self.verified = Some((ck.path.clone(), ck.sha256.clone()));
+                    break;
+                }
+                Err(why) => {
+                    self.parts.remove(&step);
+                    dropped.push((
+                        step,
+                        format!(
+                            "node {}'s part of step {step} ({}) does not verify: {why}; no longer listed, so no node resumes from step {step}",
+                            self.id.node,
+                            ck.path.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        dropped
     }
 
     /// This node's ranks closed straggler window number `n` (`w`): it goes in this node's
@@ -297,9 +373,16 @@ impl NodeWatch {
     /// `parts = "every-node"` on this node's watch, every other node's part of its step.
     pub fn resume_check(c: Option<&NodeWatch>) -> impl FnMut(&Checkpoint) -> Result<(), String> {
         let mut gate = c.and_then(|c| c.part_gate());
+        let verified = c.and_then(|c| c.verified.clone());
         move |ck: &Checkpoint| {
             if let Some(g) = gate.as_mut() {
                 g(ck)?;
+            }
+            if verified
+                .as_ref()
+                .is_some_and(|(p, sha)| *p == ck.path && *sha == ck.sha256)
+            {
+                return Ok(());
             }
             crate::checkpoints::verify_on_disk(ck)
         }

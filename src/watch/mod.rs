@@ -228,7 +228,18 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
         ),
         (Mode::Supervise(argv), None) => {
             if let Some(c) = node_watch.as_mut() {
-                c.meet(&run_name, cfg.cluster.lost_after.map_or(MEET, |d| d.0));
+                let limit = cfg.cluster.lost_after.map_or(MEET, |d| d.0);
+                for (step, why) in c.meet(&records, &run_name, limit, bucket.is_some()) {
+                    eprintln!("roger: {why}");
+                    ledger.append(
+                        crate::ledger::Entry::new(crate::ledger::Kind::Watch, "watch", &run_name)
+                            .step(Some(step))
+                            .field("event", "part_corrupt")
+                            .field("node", c.id.node)
+                            .field("reason", why),
+                        chrono::Utc::now(),
+                    )?;
+                }
             }
             let mut check = cluster::NodeWatch::resume_check(node_watch.as_ref());
             let mut first = resume::choose(&records, &run_name, None, &mut check);
