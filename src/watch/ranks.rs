@@ -177,65 +177,62 @@ impl Watcher<'_> {
     /// A straggler among every node's ranks: the same rule and record as on one node, with
     /// the node named (every node that sees it says it).
     fn job_straggler(&mut self, f: &Flag, node: u32, nodes: usize) -> Result<()> {
-        let share = self.cfg.ranks.straggler_share;
         let me = self.cluster.as_ref().map_or(0, |c| c.id.node);
         let reason = format!(
             "node {node}'s {} (ranks of {nodes} nodes judged together; said by node {me})",
-            f.reason(share)
+            f.reason(self.cfg.ranks.straggler_share)
         );
-        tracing::warn!("{reason}");
-        let check = json!({
-            "check": "straggler",
-            "status": "warn",
-            "observed": {"node": node, "rank": f.rank, "relative": f.relative, "source": f.source},
-            "expected": {"share": share, "windows": self.cfg.ranks.straggler_windows},
-            "reason": reason,
-        });
-        self.record(
-            Kind::Verdict,
-            self.sentinel.last_step(),
-            vec![
-                ("status", "warn".into()),
-                ("check", "straggler".into()),
-                ("scope", "job".into()),
-                ("node", node.into()),
-                ("rank", f.rank.into()),
-                ("checks", json!([check])),
-                ("observation", json!({"windows": f.windows})),
-            ],
-        )?;
-        Ok(())
+        self.straggler_record(
+            f,
+            reason,
+            json!({"node": node}),
+            vec![("scope", "job".into()), ("node", node.into())],
+        )
     }
 
     /// A `straggler` verdict: a warning with its evidence, never an action.
     fn straggler(&mut self, f: &Flag) -> Result<()> {
-        let share = self.cfg.ranks.straggler_share;
-        let reason = f.reason(share);
-        tracing::warn!("{reason}");
         let pid = self
             .ranks
             .map
             .iter()
             .find(|r| r.rank == f.rank)
             .map(|r| r.pid);
+        let reason = f.reason(self.cfg.ranks.straggler_share);
+        self.straggler_record(f, reason, json!({"pid": pid}), Vec::new())
+    }
+
+    /// The straggler verdict record, one node's or the job's: `observed` gains `where_`
+    /// (the rank's pid, or its node), the record `more` fields.
+    fn straggler_record(
+        &mut self,
+        f: &Flag,
+        reason: String,
+        where_: Value,
+        more: Vec<(&'static str, Value)>,
+    ) -> Result<()> {
+        let share = self.cfg.ranks.straggler_share;
+        tracing::warn!("{reason}");
+        let mut observed = json!({"rank": f.rank, "relative": f.relative, "source": f.source});
+        if let (Some(o), Some(w)) = (observed.as_object_mut(), where_.as_object()) {
+            o.extend(w.clone());
+        }
         let check = json!({
             "check": "straggler",
             "status": "warn",
-            "observed": {"rank": f.rank, "pid": pid, "relative": f.relative, "source": f.source},
+            "observed": observed,
             "expected": {"share": share, "windows": self.cfg.ranks.straggler_windows},
             "reason": reason,
         });
-        self.record(
-            Kind::Verdict,
-            self.sentinel.last_step(),
-            vec![
-                ("status", "warn".into()),
-                ("check", "straggler".into()),
-                ("rank", f.rank.into()),
-                ("checks", json!([check])),
-                ("observation", json!({"windows": f.windows})),
-            ],
-        )?;
+        let mut fields: Vec<(&'static str, Value)> =
+            vec![("status", "warn".into()), ("check", "straggler".into())];
+        fields.extend(more);
+        fields.extend([
+            ("rank", f.rank.into()),
+            ("checks", json!([check])),
+            ("observation", json!({"windows": f.windows})),
+        ]);
+        self.record(Kind::Verdict, self.sentinel.last_step(), fields)?;
         Ok(())
     }
 
