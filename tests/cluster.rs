@@ -517,36 +517,39 @@ fn a_lost_node_is_one_job_verdict_and_every_waiting_node_stops_for_a_requeue() {
     );
 }
 
-#[test]
-fn the_relaunch_budget_is_the_jobs_not_each_nodes() {
+/// Two nodes with `on_fault = "requeue"` and `knob` in `[watch]`; an earlier incident of the
+/// job (`verdict`, its file name `id`) is in the store already; node 1's machine is lost.
+/// Node 0's exit code, its records and its stderr.
+fn lost_after_an_earlier_incident(
+    id: &str,
+    verdict: &str,
+    knob: &str,
+) -> (Option<i32>, Vec<Record>, String) {
     let store = tempfile::tempdir().unwrap();
-    // An earlier incident of this job (before its last requeue) is in the store already.
-    let earlier = store.path().join("job/verdicts/node0-lost-1000.json");
+    let earlier = store.path().join(format!("job/verdicts/{id}.json"));
     std::fs::create_dir_all(earlier.parent().unwrap()).unwrap();
-    std::fs::write(
-        &earlier,
-        r#"{"id":"node0-lost-1000","cause":"node_lost","node":0,"last_step":7,"by_node":1,"at":1.0,"action":"requeue","reason":"node 0 has not reported"}"#,
-    )
-    .unwrap();
+    std::fs::write(&earlier, verdict).unwrap();
     let nodes: Vec<Node> = (0..2)
-        .map(|k| {
-            node_with(
-                store.path(),
-                k,
-                2,
-                "max_relaunches = 1",
-                "on_fault = \"requeue\"",
-            )
-        })
+        .map(|k| node_with(store.path(), k, 2, knob, "on_fault = \"requeue\""))
         .collect();
     all_up(&nodes, store.path());
     let mut nodes = nodes.into_iter();
     let (mut n0, mut n1) = (nodes.next().unwrap(), nodes.next().unwrap());
     lose_machine(&mut n1);
     let st = wait_child(&mut n0.watch, Duration::from_secs(60));
-    let recs = records(&n0.env);
-    let story = n0.env.read("watch.err");
-    assert_eq!(st.code(), Some(75), "{story}");
+    assert!(trainer_gone(&n0));
+    (st.code(), records(&n0.env), n0.env.read("watch.err"))
+}
+
+#[test]
+fn the_relaunch_budget_is_the_jobs_not_each_nodes() {
+    // An earlier incident of this job (before its last requeue), under an old-style id.
+    let (code, recs, story) = lost_after_an_earlier_incident(
+        "node0-lost-1000",
+        r#"{"id":"node0-lost-1000","cause":"node_lost","node":0,"last_step":7,"by_node":1,"at":1.0,"action":"requeue","reason":"node 0 has not reported"}"#,
+        "max_relaunches = 1",
+    );
+    assert_eq!(code, Some(75), "{story}");
     // The earlier incident is counted, not acted on again.
     let v = events(&recs, "cluster_verdict");
     assert_eq!(v.len(), 1, "{story}");
@@ -559,45 +562,25 @@ fn the_relaunch_budget_is_the_jobs_not_each_nodes() {
             .ends_with("do not requeue: the job-wide budget is spent (2 incidents, [watch] max_relaunches = 1)"),
         "{story}"
     );
-    assert!(trainer_gone(&n0));
 }
 
 /// The job-wide breakers, as one node's: a second incident within the window of one
 /// (`max_relaunches_per_window = 1`) stops the job with 75, though the budget is not spent.
 #[test]
 fn a_second_incident_within_the_window_opens_the_job_wide_breaker() {
-    let store = tempfile::tempdir().unwrap();
-    let earlier = store.path().join("job/verdicts/incident-0001.json");
-    std::fs::create_dir_all(earlier.parent().unwrap()).unwrap();
     let at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64()
         - 60.0;
-    std::fs::write(
-        &earlier,
-        format!(r#"{{"id":"incident-0001","cause":"hang","node":1,"last_step":2,"by_node":1,"at":{at},"action":"requeue","reason":"an earlier stall"}}"#),
-    )
-    .unwrap();
-    let nodes: Vec<Node> = (0..2)
-        .map(|k| {
-            node_with(
-                store.path(),
-                k,
-                2,
-                "max_relaunches_per_window = 1",
-                "on_fault = \"requeue\"",
-            )
-        })
-        .collect();
-    all_up(&nodes, store.path());
-    let mut nodes = nodes.into_iter();
-    let (mut n0, mut n1) = (nodes.next().unwrap(), nodes.next().unwrap());
-    lose_machine(&mut n1);
-    let st = wait_child(&mut n0.watch, Duration::from_secs(60));
-    let recs = records(&n0.env);
-    let story = n0.env.read("watch.err");
-    assert_eq!(st.code(), Some(75), "{story}");
+    let (code, recs, story) = lost_after_an_earlier_incident(
+        "incident-0001",
+        &format!(
+            r#"{{"id":"incident-0001","cause":"hang","node":1,"last_step":2,"by_node":1,"at":{at},"action":"requeue","reason":"an earlier stall"}}"#
+        ),
+        "max_relaunches_per_window = 1",
+    );
+    assert_eq!(code, Some(75), "{story}");
     let v = events(&recs, "cluster_verdict");
     assert_eq!(v.len(), 1, "{story}");
     assert_eq!(

@@ -84,22 +84,65 @@ fn start(env: &Env, k: u32, script: &str) -> Child {
     c.spawn().expect("spawn roger watch")
 }
 
+/// Every node's watch.err and publish.log, for a failure's message.
+fn story(envs: &[Env]) -> String {
+    envs.iter()
+        .enumerate()
+        .map(|(k, e)| {
+            format!(
+                "--- node {k}:\n{}\n{}",
+                e.read("watch.err"),
+                e.read("publish.log")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every node runs `script` under its watch at once; each must end with 0.
+fn run_job(envs: &[Env], script: &str) {
+    let mut watches: Vec<Child> = (0..envs.len())
+        .map(|k| start(&envs[k], k as u32, script))
+        .collect();
+    for (k, c) in watches.iter_mut().enumerate() {
+        let st = wait_child(c, Duration::from_secs(60));
+        assert_eq!(st.code(), Some(0), "node {k}\n{}", story(envs));
+    }
+}
+
+/// Every node's relaunched command was told to resume from its own part of `step`.
+fn assert_resumed_from(envs: &[Env], step: u64) {
+    for (k, e) in envs.iter().enumerate() {
+        let told = e.read("resumed.txt");
+        assert!(
+            told.starts_with(&format!("{step} "))
+                && told.trim_end().ends_with(&format!("node-{k}-step-{step}")),
+            "node {k} resumed from: {told}\n{}",
+            story(envs)
+        );
+    }
+}
+
+/// The reasons node `k`'s newest start passed checkpoints over for.
+fn skipped(e: &Env) -> Vec<String> {
+    records(e)
+        .into_iter()
+        .rfind(|r| r.kind == Kind::Watch && r.str_field("event") == Some("start"))
+        .unwrap()
+        .get("resume_skipped")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["why"].as_str().unwrap().to_string())
+        .collect()
+}
+
 #[test]
 fn every_node_resumes_from_the_newest_step_whose_every_part_is_verified() {
     let store = tempfile::tempdir().unwrap();
     let envs: Vec<Env> = (0..2).map(|k| env_for(store.path(), k)).collect();
-    let story = |envs: &[Env]| {
-        envs.iter()
-            .enumerate()
-            .map(|(k, e)| format!("--- node {k}:\n{}", e.read("watch.err")))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let mut first: Vec<Child> = (0..2).map(|k| start(&envs[k], k as u32, TRAIN)).collect();
-    for (k, c) in first.iter_mut().enumerate() {
-        let st = wait_child(c, Duration::from_secs(60));
-        assert_eq!(st.code(), Some(0), "node {k}\n{}", story(&envs));
-    }
+    run_job(&envs, TRAIN);
     for (k, e) in envs.iter().enumerate() {
         let published: Vec<u64> = records(e)
             .iter()
@@ -123,39 +166,18 @@ fn every_node_resumes_from_the_newest_step_whose_every_part_is_verified() {
         }
     }
     // The job starts again (a requeue): both nodes at once.
-    let mut again: Vec<Child> = (0..2).map(|k| start(&envs[k], k as u32, RESUME)).collect();
-    for (k, c) in again.iter_mut().enumerate() {
-        let st = wait_child(c, Duration::from_secs(60));
-        assert_eq!(st.code(), Some(0), "node {k}\n{}", story(&envs));
-    }
+    run_job(&envs, RESUME);
+    assert_resumed_from(&envs, 10);
     for (k, e) in envs.iter().enumerate() {
-        let told = e.read("resumed.txt");
-        assert!(
-            told.starts_with("10 ") && told.trim_end().ends_with(&format!("node-{k}-step-10")),
-            "node {k} resumed from: {told}\n{}",
-            story(&envs)
-        );
-        let starts: Vec<_> = records(e)
-            .into_iter()
-            .filter(|r| r.kind == Kind::Watch && r.str_field("event") == Some("start"))
-            .collect();
-        let last = starts.last().unwrap();
-        assert_eq!(last.u64_field("resume_step"), Some(10), "node {k}");
-        let skipped = last
-            .get("resume_skipped")
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .clone();
+        let skipped = skipped(e);
         if k == 0 {
-            // Its own step 15 passed over, naming the node whose part is missing.
+            // Its own step 15 passed over, naming the node whose part is missing. Node 1's 5
+            // is pruned by its publish of 10 if node 0's 10 was listed by then.
             assert_eq!(skipped.len(), 1, "{skipped:?}");
-            // Node 1's 5 is pruned by its publish of 10 if node 0's 10 was listed by then.
-            let why = skipped[0]["why"].as_str().unwrap();
             assert!(
-                [", 5)", ")"].iter().any(|end| why
+                [", 5)", ")"].iter().any(|end| skipped[0]
                     == format!("step 15 is not complete: node 1's part is not verified (its newest parts: steps 10{end}")),
-                "{why}"
+                "{skipped:?}"
             );
             assert!(
                 e.read("watch.err").contains("not resumed from "),
@@ -250,26 +272,7 @@ const TRAIN_DCP: &str = r#"mkdir -p ckpt; i=0; while [ $i -lt 11 ]; do i=$((i+1)
 fn a_dcp_step_whose_shard_on_one_node_never_landed_is_never_resumed_from() {
     let store = tempfile::tempdir().unwrap();
     let envs: Vec<Env> = (0..2).map(|k| env_for(store.path(), k)).collect();
-    let story = |envs: &[Env]| {
-        envs.iter()
-            .enumerate()
-            .map(|(k, e)| {
-                format!(
-                    "--- node {k}:\n{}\n{}",
-                    e.read("watch.err"),
-                    e.read("publish.log")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let mut first: Vec<Child> = (0..2)
-        .map(|k| start(&envs[k], k as u32, TRAIN_DCP))
-        .collect();
-    for (k, c) in first.iter_mut().enumerate() {
-        let st = wait_child(c, Duration::from_secs(60));
-        assert_eq!(st.code(), Some(0), "node {k}\n{}", story(&envs));
-    }
+    run_job(&envs, TRAIN_DCP);
     for e in &envs {
         let published: Vec<u64> = records(e)
             .iter()
@@ -288,34 +291,12 @@ fn a_dcp_step_whose_shard_on_one_node_never_landed_is_never_resumed_from() {
         serde_json::from_slice(&std::fs::read(store.path().join("job/latest.json")).unwrap())
             .unwrap();
     assert_eq!(latest["step"], 5, "{latest}");
-    let mut again: Vec<Child> = (0..2)
-        .map(|k| start(&envs[k], k as u32, RESUME_ONLY))
-        .collect();
-    for (k, c) in again.iter_mut().enumerate() {
-        let st = wait_child(c, Duration::from_secs(60));
-        assert_eq!(st.code(), Some(0), "node {k}\n{}", story(&envs));
-    }
+    run_job(&envs, RESUME_ONLY);
+    assert_resumed_from(&envs, 5);
     for (k, e) in envs.iter().enumerate() {
-        let told = e.read("resumed.txt");
-        assert!(
-            told.starts_with("5 ") && told.trim_end().ends_with(&format!("node-{k}-step-5")),
-            "node {k} resumed from: {told}\n{}",
-            story(&envs)
-        );
-        let start = records(e)
-            .into_iter()
-            .rfind(|r| r.kind == Kind::Watch && r.str_field("event") == Some("start"))
-            .unwrap();
-        let skipped = start
-            .get("resume_skipped")
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .clone();
-        assert_eq!(skipped.len(), 1, "node {k}: {skipped:?}");
         assert_eq!(
-            skipped[0]["why"].as_str().unwrap(),
-            "step 10 is not complete: its .metadata (in node 0's part) names __1_0.distcp, which no node's part holds",
+            skipped(e),
+            vec!["step 10 is not complete: its .metadata (in node 0's part) names __1_0.distcp, which no node's part holds"],
             "node {k}"
         );
     }
@@ -331,39 +312,15 @@ const RESUME_ONLY: &str = r#"echo "{step} {ckpt}" > resumed.txt"#;
 fn a_part_that_no_longer_verifies_on_its_node_is_passed_over_by_every_node() {
     let store = tempfile::tempdir().unwrap();
     let envs: Vec<Env> = (0..2).map(|k| env_keeping(store.path(), k, 5)).collect();
-    let story = |envs: &[Env]| {
-        envs.iter()
-            .enumerate()
-            .map(|(k, e)| format!("--- node {k}:\n{}", e.read("watch.err")))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let mut first: Vec<Child> = (0..2).map(|k| start(&envs[k], k as u32, TRAIN)).collect();
-    for (k, c) in first.iter_mut().enumerate() {
-        let st = wait_child(c, Duration::from_secs(60));
-        assert_eq!(st.code(), Some(0), "node {k}\n{}", story(&envs));
-    }
+    run_job(&envs, TRAIN);
     // Node 1's part of step 10 changes on its disk.
     std::fs::write(
         envs[1].path("published/node-1-step-10/rank-1.shard"),
         "flipped bits",
     )
     .unwrap();
-    let mut again: Vec<Child> = (0..2)
-        .map(|k| start(&envs[k], k as u32, RESUME_ONLY))
-        .collect();
-    for (k, c) in again.iter_mut().enumerate() {
-        let st = wait_child(c, Duration::from_secs(60));
-        assert_eq!(st.code(), Some(0), "node {k}\n{}", story(&envs));
-    }
-    for (k, e) in envs.iter().enumerate() {
-        let told = e.read("resumed.txt");
-        assert!(
-            told.starts_with("5 ") && told.trim_end().ends_with(&format!("node-{k}-step-5")),
-            "node {k} resumed from: {told}\n{}",
-            story(&envs)
-        );
-    }
+    run_job(&envs, RESUME_ONLY);
+    assert_resumed_from(&envs, 5);
     let corrupt: Vec<_> = records(&envs[1])
         .into_iter()
         .filter(|r| r.str_field("event") == Some("part_corrupt"))
@@ -376,18 +333,7 @@ fn a_part_that_no_longer_verifies_on_its_node_is_passed_over_by_every_node() {
             && why.ends_with("no longer listed, so no node resumes from step 10"),
         "{why}"
     );
-    let start0 = records(&envs[0])
-        .into_iter()
-        .rfind(|r| r.kind == Kind::Watch && r.str_field("event") == Some("start"))
-        .unwrap();
-    let skipped: Vec<String> = start0
-        .get("resume_skipped")
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["why"].as_str().unwrap().to_string())
-        .collect();
+    let skipped = skipped(&envs[0]);
     assert!(
         skipped.contains(
             &"step 10 is not complete: node 1's part is not verified (its newest parts: steps 5)"

@@ -915,6 +915,26 @@ mod tests {
         assert_eq!(failures(&ledger), vec![(Some(1), Some(false))]);
     }
 
+    /// Steps 10, 20 and 30 published in `dest` (their records) and queued for the bucket.
+    fn publish_and_queue(dest: &Path, remote: &Remote, ledger: &Ledger, keep: &Keep) {
+        for step in [10u64, 20, 30] {
+            let p = dest.join(format!("ckpt-{step}.pt"));
+            std::fs::write(&p, format!("weights at {step}")).unwrap();
+            let sha = crate::digest::hash_file(&p).unwrap().0;
+            ledger
+                .append(
+                    Entry::new(Kind::Publish, "publish", "r")
+                        .step(Some(step))
+                        .field("path", p.display().to_string())
+                        .field("sha256", &sha)
+                        .field("size", 14),
+                    chrono::Utc::now(),
+                )
+                .unwrap();
+            enqueue(dest, remote, ledger, "r", &p, &sha, 14, Some(step), keep).unwrap();
+        }
+    }
+
     #[test]
     fn jobs_upload_verify_move_latest_prune_and_mirror() {
         std::env::set_var("ROGER_UPLOAD_BACKOFF_MS", "1");
@@ -932,33 +952,7 @@ mod tests {
         };
         let mem = Arc::new(Memory::default());
         *mem.fail_parts.lock().unwrap() = 0;
-        for step in [10u64, 20, 30] {
-            let p = dest.join(format!("ckpt-{step}.pt"));
-            std::fs::write(&p, format!("weights at {step}")).unwrap();
-            let sha = crate::digest::hash_file(&p).unwrap().0;
-            ledger
-                .append(
-                    Entry::new(Kind::Publish, "publish", "r")
-                        .step(Some(step))
-                        .field("path", p.display().to_string())
-                        .field("sha256", &sha)
-                        .field("size", 14),
-                    chrono::Utc::now(),
-                )
-                .unwrap();
-            enqueue(
-                &dest,
-                &remote,
-                &ledger,
-                "r",
-                &p,
-                &sha,
-                14,
-                Some(step),
-                &Keep::default(),
-            )
-            .unwrap();
-        }
+        publish_and_queue(&dest, &remote, &ledger, &Keep::default());
         // A killed uploader's open multipart upload, recorded in the first job.
         let mut jobs = pending(&dest).unwrap();
         let id = mem.create_multipart("run/checkpoints/ckpt-10.pt").unwrap();
@@ -1045,33 +1039,7 @@ mod tests {
             rollback_margin: 0,
             config: Some(cfg),
         };
-        for step in [10u64, 20, 30] {
-            let p = dest.join(format!("ckpt-{step}.pt"));
-            std::fs::write(&p, format!("weights at {step}")).unwrap();
-            let sha = crate::digest::hash_file(&p).unwrap().0;
-            ledger
-                .append(
-                    Entry::new(Kind::Publish, "publish", "r")
-                        .step(Some(step))
-                        .field("path", p.display().to_string())
-                        .field("sha256", &sha)
-                        .field("size", 14),
-                    chrono::Utc::now(),
-                )
-                .unwrap();
-            enqueue(
-                &dest,
-                &remote,
-                &ledger,
-                "r",
-                &p,
-                &sha,
-                14,
-                Some(step),
-                &keep,
-            )
-            .unwrap();
-        }
+        publish_and_queue(&dest, &remote, &ledger, &keep);
         let mem = Arc::new(Memory::default());
         let m2 = mem.clone();
         let got = drain(&dest, &move |_| Ok(Box::new(m2.clone()) as Box<dyn Store>)).unwrap();
