@@ -28,6 +28,11 @@ fn env_for(root: &Path, k: u32) -> Env {
 }
 
 fn env_keeping(root: &Path, k: u32, keep_last: u32) -> Env {
+    env_with(root, k, keep_last, "")
+}
+
+/// `more` goes after `[publish] keep_last` (more `[publish]` keys, then other tables).
+fn env_with(root: &Path, k: u32, keep_last: u32, more: &str) -> Env {
     let env = Env::new();
     env.write(
         "roger.toml",
@@ -42,6 +47,7 @@ source = "none"
 
 [publish]
 keep_last = {keep_last}
+{more}
 
 [watch]
 interval = "100ms"
@@ -68,6 +74,7 @@ fn start(env: &Env, k: u32, script: &str) -> Child {
         .map(|s| s.to_string())
         .collect();
     let mut c = roger(env, &args);
+    crate::util::s3::apply_env(&mut c);
     c.env("K", k.to_string())
         .env(
             "DCP_META",
@@ -340,6 +347,73 @@ fn a_part_that_no_longer_verifies_on_its_node_is_passed_over_by_every_node() {
                 .to_string()
         ),
         "{skipped:?}\n{}",
+        story(&envs)
+    );
+}
+
+/// A node's machine is replaced (a spot VM reclaimed): its disk is gone, its parts are in the
+/// bucket. Node 0 published steps 5, 10 and 15 (each uploaded and verified), node 1 only 5 and
+/// 10. The new node 0 rebuilds its ledger from the bucket and, with nothing on its disk,
+/// fetches a part from the bucket: the part of step 10, the newest step every node has, not
+/// its own newest (15), so both nodes resume from the same step.
+#[test]
+fn a_replaced_machine_fetches_its_part_of_the_newest_complete_step_from_the_bucket() {
+    let Some(s3) = crate::util::s3::S3Server::start(
+        "a_replaced_machine_fetches_its_part_of_the_newest_complete_step_from_the_bucket",
+    ) else {
+        return;
+    };
+    s3.create_bucket("ckpts");
+    let store = tempfile::tempdir().unwrap();
+    let envs: Vec<Env> = (0..2)
+        .map(|k| {
+            env_with(
+                store.path(),
+                k,
+                5,
+                &format!(
+                    "remote = \"s3://ckpts/job/node-{k}/\"\n\n[remote]\nendpoint = \"{}\"",
+                    s3.endpoint()
+                ),
+            )
+        })
+        .collect();
+    // Node 0 publishes 5, 10 and 15; node 1's 15 never lands.
+    run_job(&envs, TRAIN);
+    for e in &envs {
+        let mut c = roger(
+            e,
+            &[
+                "publish".into(),
+                "--wait".into(),
+                "--timeout".into(),
+                "120s".into(),
+            ],
+        );
+        crate::util::s3::apply_env(&mut c);
+        let out = c.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Node 0's machine is lost: everything but its config goes.
+    for entry in std::fs::read_dir(envs[0].path(".")).unwrap() {
+        let p = entry.unwrap().path();
+        if p.file_name().is_some_and(|n| n != "roger.toml") {
+            let _ = std::fs::remove_dir_all(&p);
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+    run_job(&envs, RESUME_ONLY);
+    assert_resumed_from(&envs, 10);
+    assert!(
+        envs[0]
+            .read("watch.err")
+            .contains("fetched step 10 from s3://ckpts/job/node-0/"),
+        "{}",
         story(&envs)
     );
 }

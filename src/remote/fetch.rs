@@ -36,7 +36,10 @@ pub struct Want {
 
 /// Download the last good checkpoint of `run` that has a verified copy in the bucket into
 /// `dest` (the checkpoint directory on this machine). Ok(None): nothing in the bucket
-/// qualifies (the `skipped` list of the error says why for each candidate).
+/// qualifies (the `skipped` list of the error says why for each candidate). `gate`: what a
+/// candidate must pass before it is downloaded (`[cluster] parts`: its step complete on every
+/// node), Err saying why not.
+#[allow(clippy::too_many_arguments)]
 pub fn restore(
     store: &dyn Store,
     remote: &Remote,
@@ -45,6 +48,7 @@ pub fn restore(
     dest: &Path,
     want: Want,
     source: &str,
+    gate: &mut dyn FnMut(&Checkpoint) -> std::result::Result<(), String>,
 ) -> Result<std::result::Result<Fetched, Vec<Skipped>>> {
     let recs = ledger.records()?;
     let copies = records::verified(&recs, run);
@@ -60,6 +64,7 @@ pub fn restore(
                 return Err(format!("not step {s}"));
             }
         }
+        gate(c)?;
         let Some(copy) = records::copy_of(&copies, c) else {
             return Err("no verified copy in the bucket".into());
         };
@@ -261,9 +266,34 @@ mod tests {
         let nl = Ledger::new(new.path().join("roger-ledger.jsonl"));
         assert_eq!(rebuild_ledger(&m, &r, &nl, "r", "watch").unwrap(), Some(4));
         let ck = new.path().join("ckpt");
-        let f = restore(&m, &r, &nl, "r", &ck, Want::default(), "watch")
-            .unwrap()
-            .unwrap();
+        // [cluster] parts: a step not complete on every node is never fetched.
+        let gated = restore(
+            &m,
+            &r,
+            &nl,
+            "r",
+            &ck,
+            Want::default(),
+            "watch",
+            &mut |c| match c.step {
+                Some(10) => Err("step 10 is not complete: node 1's part is not verified".into()),
+                _ => Ok(()),
+            },
+        )
+        .unwrap()
+        .unwrap_err();
+        assert!(
+            gated
+                .iter()
+                .any(|s| s.why == "step 10 is not complete: node 1's part is not verified"),
+            "{gated:?}"
+        );
+        assert!(!ck.join("ckpt-10.pt").exists(), "not downloaded");
+        let f = restore(&m, &r, &nl, "r", &ck, Want::default(), "watch", &mut |_| {
+            Ok(())
+        })
+        .unwrap()
+        .unwrap();
         assert_eq!(f.step, Some(10));
         assert_eq!(f.path, ck.join("ckpt-10.pt"));
         assert_eq!(std::fs::read(&f.path).unwrap(), b"ten");
@@ -294,6 +324,7 @@ mod tests {
                 before_step: None,
             },
             "fetch",
+            &mut |_| Ok(()),
         )
         .unwrap();
         assert!(none.is_err());

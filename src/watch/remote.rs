@@ -58,8 +58,9 @@ impl Bucket {
         }
     }
 
-    /// When nothing on this disk is good: the last good checkpoint verified in the bucket,
-    /// downloaded into `dest` and verified. The passed-over reasons join the choice's.
+    /// When nothing on this disk is good: the last good checkpoint verified in the bucket
+    /// that passes `gate` (`[cluster] parts`: its step complete on every node), downloaded
+    /// into `dest` and verified. The passed-over reasons join the choice's.
     pub fn fill(
         &self,
         choice: &mut Choice,
@@ -67,6 +68,7 @@ impl Bucket {
         run: &str,
         dest: &std::path::Path,
         before_step: Option<u64>,
+        gate: &mut dyn FnMut(&Checkpoint) -> Result<(), String>,
     ) {
         if choice.chosen.is_some() {
             return;
@@ -83,6 +85,7 @@ impl Bucket {
             dest,
             want,
             "watch",
+            gate,
         ) {
             Ok(Ok(f)) => {
                 eprintln!(
