@@ -434,7 +434,7 @@ impl NodeWatch {
             (None, false) => {}
         }
         if let (Some(c), None) = (complete, &self.down) {
-            match self.commit(c) {
+            match self.commit(c.0, c.1) {
                 Ok(said) => out.extend(said),
                 Err(e) => {
                     out.push(Said::StoreDown(e.clone()));
@@ -465,21 +465,13 @@ impl NodeWatch {
         &self,
         all: &[(u32, Option<NodeRecord>)],
         now: f64,
-    ) -> Option<cluster::commit::JobLatest> {
+    ) -> Option<(cluster::commit::JobLatest, cluster::parts::Known)> {
         if !self.every_node {
             return None;
         }
-        let lists: std::collections::BTreeMap<u32, Option<Vec<u64>>> = all
-            .iter()
-            .map(|(n, r)| {
-                if *n == self.id.node {
-                    (*n, Some(self.parts.keys().copied().collect()))
-                } else {
-                    (*n, r.as_ref().and_then(|r| r.parts.clone()))
-                }
-            })
-            .collect();
         let known = cluster::parts::known(all, self.id.node, Some(&self.parts));
+        let mut lists = known.lists.clone();
+        lists.insert(self.id.node, Some(self.parts.keys().copied().collect()));
         let step = cluster::commit::newest_complete(&lists, &known.broken)?;
         if self.committed.is_some_and(|c| c >= step) {
             return None;
@@ -496,23 +488,25 @@ impl NodeWatch {
                 (*n, part)
             })
             .collect();
-        Some(cluster::commit::JobLatest {
+        let ours = cluster::commit::JobLatest {
             step,
             parts,
             committed_by: self.id.node,
             at: now,
-        })
+        };
+        Some((ours, known))
     }
 
     /// Commit a newly complete step to the job's latest.json; this node's parts of older
-    /// steps since the last commit that never became complete are said, naming the nodes.
-    fn commit(&mut self, ours: cluster::commit::JobLatest) -> Result<Vec<Said>, String> {
+    /// steps since the last commit that never became complete (by `others`, what the step
+    /// was judged complete by) are said, naming the nodes.
+    fn commit(
+        &mut self,
+        ours: cluster::commit::JobLatest,
+        others: cluster::parts::Known,
+    ) -> Result<Vec<Said>, String> {
         let c =
             cluster::commit::commit(self.store.as_ref(), &ours).map_err(|e| format!("{e:#}"))?;
-        let all: Vec<(u32, Option<NodeRecord>)> = (0..self.id.nodes)
-            .map(|n| (n, self.peers.last(n).cloned()))
-            .collect();
-        let others = cluster::parts::known(&all, self.id.node, Some(&self.parts));
         let mut out: Vec<Said> = cluster::commit::passed_over(
             self.parts.keys().copied(),
             self.committed,
