@@ -278,7 +278,10 @@ const TRAIN_DCP: &str = r#"mkdir -p ckpt; i=0; while [ $i -lt 11 ]; do i=$((i+1)
 #[test]
 fn a_dcp_step_whose_shard_on_one_node_never_landed_is_never_resumed_from() {
     let store = tempfile::tempdir().unwrap();
-    let envs: Vec<Env> = (0..2).map(|k| env_for(store.path(), k)).collect();
+    // A prune goal no removal can reach: `hygiene disk --prune` takes all the policy allows.
+    let envs: Vec<Env> = (0..2)
+        .map(|k| env_with(store.path(), k, 1, "\n[disk]\nprune_goal_free = \"1000TB\""))
+        .collect();
     run_job(&envs, TRAIN_DCP);
     for e in &envs {
         let published: Vec<u64> = records(e)
@@ -298,6 +301,24 @@ fn a_dcp_step_whose_shard_on_one_node_never_landed_is_never_resumed_from() {
         serde_json::from_slice(&std::fs::read(store.path().join("job/latest.json")).unwrap())
             .unwrap();
     assert_eq!(latest["step"], 5, "{latest}");
+    // `hygiene disk --prune` keeps node 0's part of step 5 as publish's retention did: with
+    // keep_last = 1 it would go, but it is the job's newest complete step.
+    let out = envs[0].run(&["hygiene", "disk", "--prune"]);
+    assert!(
+        envs[0].path("published/node-0-step-5").exists(),
+        "{}",
+        String::from_utf8_lossy(&out.out.stderr)
+    );
+    let kept: Vec<String> = records(&envs[0])
+        .into_iter()
+        .filter(|r| r.str_field("event") == Some("prune-kept"))
+        .map(|r| serde_json::to_string(&r.fields).unwrap())
+        .collect();
+    assert!(
+        kept.iter()
+            .any(|k| k.contains("the newest step every node's part of is verified (step 5")),
+        "{kept:?}"
+    );
     run_job(&envs, RESUME_ONLY);
     assert_resumed_from(&envs, 5);
     for (k, e) in envs.iter().enumerate() {
