@@ -33,6 +33,19 @@ pub fn others_of(cfg: &crate::config::Config) -> Option<Others> {
     Some(read().map_err(|e| format!("the other nodes' parts cannot be read: {e:#}")))
 }
 
+/// What a resume or fetch candidate must pass for `others` (None: one node writes the
+/// checkpoints, every candidate passes): its step complete on every node; unreadable parts
+/// pass none.
+pub fn gate(
+    others: Option<Others>,
+) -> impl FnMut(&crate::checkpoints::Checkpoint) -> Result<(), String> {
+    move |c| match &others {
+        None => Ok(()),
+        Some(Ok(known)) => missing(c.step, known).map_or(Ok(()), Err),
+        Some(Err(e)) => Err(e.clone()),
+    }
+}
+
 /// What every node's record (`all`) says of the parts, for node `me` (`own`: its parts as
 /// it knows them now, fresher than its record in the store).
 pub fn known(

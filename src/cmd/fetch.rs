@@ -139,7 +139,8 @@ pub fn run(global: &Global, args: FetchArgs) -> Result<u8> {
         None => cfg.checkpoint_dir()?,
     };
     let dest = std::path::absolute(&dest)?;
-    let parts = crate::cluster::parts::others_of(&cfg);
+    // [cluster] parts = "every-node": only a step every node's part of is verified.
+    let mut gate = crate::cluster::parts::gate(crate::cluster::parts::others_of(&cfg));
     match fetch::restore(
         store.as_ref(),
         &remote,
@@ -148,12 +149,7 @@ pub fn run(global: &Global, args: FetchArgs) -> Result<u8> {
         &dest,
         want,
         "fetch",
-        // [cluster] parts = "every-node": only a step every node's part of is verified.
-        &mut |c| match &parts {
-            Some(Ok(known)) => crate::cluster::parts::missing(c.step, known).map_or(Ok(()), Err),
-            Some(Err(e)) => Err(e.clone()),
-            None => Ok(()),
-        },
+        &mut gate,
     )? {
         Ok(f) => {
             for s in &f.skipped {

@@ -123,23 +123,18 @@ impl NodeWatch {
         cluster::parts::note(&mut self.parts, new, run);
     }
 
-    /// With `parts = "every-node"`, what a resume candidate must pass besides its own
-    /// verification: every other node's record lists its step (read from the store now, so
-    /// every node judges by the same records). `None`: one node writes the checkpoints.
-    pub fn part_gate(&self) -> Option<impl FnMut(&Checkpoint) -> Result<(), String>> {
-        if !self.every_node {
-            return None;
-        }
-        let others: Result<cluster::parts::Known, String> =
-            cluster::read_all(self.store.as_ref(), self.id.nodes)
-                .map(|all| cluster::parts::known(&all, self.id.node, Some(&self.parts)))
+    /// What a resume or fetch candidate must pass besides its own bytes: with `parts =
+    /// "every-node"`, every other node's record lists its step (read from the store now, so
+    /// every node judges by the same records); without, or without `[cluster]`, nothing.
+    pub fn part_gate(c: Option<&NodeWatch>) -> impl FnMut(&Checkpoint) -> Result<(), String> {
+        let others = c.filter(|c| c.every_node).map(|c| {
+            cluster::read_all(c.store.as_ref(), c.id.nodes)
+                .map(|all| cluster::parts::known(&all, c.id.node, Some(&c.parts)))
                 .map_err(|e| {
                     format!("the other nodes' parts cannot be read from the [cluster] store: {e:#}")
-                });
-        Some(move |c: &Checkpoint| match &others {
-            Ok(o) => cluster::parts::missing(c.step, o).map_or(Ok(()), Err),
-            Err(e) => Err(e.clone()),
-        })
+                })
+        });
+        cluster::parts::gate(others)
     }
 
     /// Before the first launch with `parts = "every-node"`: this node checks its own part of
@@ -372,12 +367,10 @@ impl NodeWatch {
     /// What a resume candidate must pass: its own bytes (`verify_on_disk`) and, with
     /// `parts = "every-node"` on this node's watch, every other node's part of its step.
     pub fn resume_check(c: Option<&NodeWatch>) -> impl FnMut(&Checkpoint) -> Result<(), String> {
-        let mut gate = c.and_then(|c| c.part_gate());
+        let mut gate = NodeWatch::part_gate(c);
         let verified = c.and_then(|c| c.verified.clone());
         move |ck: &Checkpoint| {
-            if let Some(g) = gate.as_mut() {
-                g(ck)?;
-            }
+            gate(ck)?;
             if verified
                 .as_ref()
                 .is_some_and(|(p, sha)| *p == ck.path && *sha == ck.sha256)

@@ -245,14 +245,13 @@ pub fn watch(cfg: &Config, opts: &Options, report: &mut dyn Report) -> Result<u8
             let mut first = resume::choose(&records, &run_name, None, &mut check);
             if let (Some(b), Ok(dir)) = (&bucket, cfg.checkpoint_dir()) {
                 // A part fetched must be of a step every node has, as a local one.
-                let mut gate = node_watch.as_ref().and_then(|c| c.part_gate());
                 b.fill(
                     &mut first,
                     &ledger,
                     &run_name,
                     &std::path::absolute(&dir)?,
                     None,
-                    &mut |c| gate.as_mut().map_or(Ok(()), |g| g(c)),
+                    &mut cluster::NodeWatch::part_gate(node_watch.as_ref()),
                 );
             }
             // What the first launch resumes from, and what it passed over, go in the start record.

@@ -57,14 +57,13 @@ impl Watcher<'_> {
         let mut check = super::cluster::NodeWatch::resume_check(self.cluster.as_ref());
         let mut choice = resume::choose(&records, &self.run_name, before, &mut check);
         if let (Some(b), Ok(dir)) = (&self.bucket, self.cfg.checkpoint_dir()) {
-            let mut gate = self.cluster.as_ref().and_then(|c| c.part_gate());
             b.fill(
                 &mut choice,
                 &self.ledger,
                 &self.run_name,
                 &std::path::absolute(&dir)?,
                 before,
-                &mut |c| gate.as_mut().map_or(Ok(()), |g| g(c)),
+                &mut super::cluster::NodeWatch::part_gate(self.cluster.as_ref()),
             );
         }
         for s in &choice.skipped {
