@@ -155,19 +155,17 @@ impl NodeWatch {
         if !self.every_node {
             return Vec::new();
         }
-        // Unreadable now (a slow store): only a start-up record counts as this start's.
-        let before: Option<std::collections::BTreeMap<u32, f64>> =
-            cluster::read_all(self.store.as_ref(), self.id.nodes)
-                .map(|all| {
-                    all.into_iter()
-                        .filter_map(|(n, r)| Some((n, r?.started_at)))
-                        .collect()
-                })
-                .ok();
-        let dropped = if fetchable {
-            Vec::new()
-        } else {
-            self.check_own(records, run)
+        // Unreadable now (a slow store): only a start-up record counts as this start's, and
+        // this node's own parts are not checked against the others'.
+        let now = cluster::read_all(self.store.as_ref(), self.id.nodes).ok();
+        let before: Option<std::collections::BTreeMap<u32, f64>> = now.as_ref().map(|all| {
+            all.iter()
+                .filter_map(|(n, r)| Some((*n, r.as_ref()?.started_at)))
+                .collect()
+        });
+        let dropped = match (&now, fetchable) {
+            (Some(all), false) => self.check_own(all, records, run),
+            _ => Vec::new(),
         };
         if let Err(e) = self.put_record(run, 0, super::unix_now(), "starting", None, 0.0) {
             tracing::warn!("[cluster] store {}: {e:#}", self.store.describe());
@@ -197,14 +195,16 @@ impl NodeWatch {
         dropped
     }
 
-    /// This node's own parts of the steps complete by the records as read now, newest first:
-    /// each is re-hashed until one verifies (that one is not hashed again at the resume);
-    /// those that do not are no longer listed, so no node resumes from their step.
-    fn check_own(&mut self, records: &[Record], run: &str) -> Vec<(u64, String)> {
-        let Ok(all) = cluster::read_all(self.store.as_ref(), self.id.nodes) else {
-            return Vec::new();
-        };
-        let known = cluster::parts::known(&all, self.id.node, Some(&self.parts));
+    /// This node's own parts of the steps complete by `all` (the records `meet` read), newest
+    /// first: each is re-hashed until one verifies (that one is not hashed again at the
+    /// resume); those that do not are no longer listed, so no node resumes from their step.
+    fn check_own(
+        &mut self,
+        all: &[(u32, Option<NodeRecord>)],
+        records: &[Record],
+        run: &str,
+    ) -> Vec<(u64, String)> {
+        let known = cluster::parts::known(all, self.id.node, Some(&self.parts));
         let mine = crate::checkpoints::published(records, run);
         let steps: Vec<u64> = self.parts.keys().rev().copied().collect();
         let mut dropped = Vec::new();
